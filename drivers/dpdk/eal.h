@@ -1,0 +1,38 @@
+// EAL bring-up shared by every DPDK binary: our arguments follow the DPDK
+// convention `app [EAL args] -- [app args]`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct rte_mempool;
+
+namespace mrc::dp {
+
+// Runs rte_eal_init once. On success returns the count of argv entries EAL
+// consumed (argv[ret] is then the `--`, usable as argv[0] for CLI11); on
+// failure returns -1 and fills `error`.
+int eal_init(int argc, char** argv, std::string& error);
+
+struct PortInfo {
+  uint16_t port_id = 0;
+  std::string name;
+  std::string driver;
+  uint64_t mac = 0;
+  bool link_up = false;
+  uint32_t link_speed_mbps = 0;
+  uint16_t mtu = 0;
+  uint16_t max_rx_queues = 0;
+  uint16_t max_tx_queues = 0;
+};
+
+std::vector<PortInfo> list_ports();
+
+// Configures one RX and one TX queue on `port_id` and starts it, to prove the
+// driver is usable. Returns an empty string on success, else the failure.
+std::string start_port_minimal(uint16_t port_id, rte_mempool* pool);
+
+std::string format_mac(uint64_t mac);
+
+}  // namespace mrc::dp
