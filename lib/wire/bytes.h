@@ -5,12 +5,31 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace mrc::wire {
 
 template <unsigned N>
 constexpr uint64_t load_be(const uint8_t* p) {
   static_assert(N >= 1 && N <= 8);
+  if (!std::is_constant_evaluated()) {
+    // Whole-word loads: the compiler turns these into one mov + bswap.
+    if constexpr (N == 2) {
+      uint16_t v;
+      std::memcpy(&v, p, 2);
+      return __builtin_bswap16(v);
+    }
+    if constexpr (N == 4) {
+      uint32_t v;
+      std::memcpy(&v, p, 4);
+      return __builtin_bswap32(v);
+    }
+    if constexpr (N == 8) {
+      uint64_t v;
+      std::memcpy(&v, p, 8);
+      return __builtin_bswap64(v);
+    }
+  }
   uint64_t v = 0;
   for (unsigned i = 0; i < N; ++i) v = (v << 8) | p[i];
   return v;
@@ -19,6 +38,23 @@ constexpr uint64_t load_be(const uint8_t* p) {
 template <unsigned N>
 constexpr void store_be(uint8_t* p, uint64_t v) {
   static_assert(N >= 1 && N <= 8);
+  if (!std::is_constant_evaluated()) {
+    if constexpr (N == 2) {
+      uint16_t w = __builtin_bswap16(static_cast<uint16_t>(v));
+      std::memcpy(p, &w, 2);
+      return;
+    }
+    if constexpr (N == 4) {
+      uint32_t w = __builtin_bswap32(static_cast<uint32_t>(v));
+      std::memcpy(p, &w, 4);
+      return;
+    }
+    if constexpr (N == 8) {
+      uint64_t w = __builtin_bswap64(v);
+      std::memcpy(p, &w, 8);
+      return;
+    }
+  }
   for (unsigned i = 0; i < N; ++i) p[N - 1 - i] = static_cast<uint8_t>(v >> (8 * i));
 }
 

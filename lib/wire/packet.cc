@@ -336,6 +336,47 @@ MutablePacket begin_frame(std::span<uint8_t> buf, const Addressing& addr, uint8_
   return m;
 }
 
+bool FrameTemplate::prepare(const Addressing& addr, uint8_t opcode, bool with_tseth) {
+  MutablePacket m = begin_frame(hdr_, addr, opcode, with_tseth, 0);
+  if (!m.base) return false;
+  at_ = m.at;
+  if (at_.ip_version == 4) {
+    Ipv4Ref ip(hdr_.data() + at_.l3);
+    ip.set_total_len(0);
+    ip.set_checksum(0);
+    ipv4_csum_zero_len_ = ipv4_checksum(hdr_.data() + at_.l3);
+  }
+  return true;
+}
+
+MutablePacket FrameTemplate::stamp(std::span<uint8_t> buf, uint32_t payload_len) const {
+  MutablePacket m;
+  m.at = at_;
+  m.at.pad = static_cast<uint8_t>(pad_for(payload_len));
+  m.at.payload_len = payload_len;
+  const uint64_t size = uint64_t(at_.payload) + payload_len + m.at.pad + kIcrcLen;
+  if (size > buf.size() || size - at_.l3 > 0xFFFF || (!(at_.flags & kOpPayload) && payload_len)) return m;
+  m.at.size = static_cast<uint32_t>(size);
+  m.base = buf.data();
+  uint8_t* p = buf.data();
+  std::memcpy(p, hdr_.data(), at_.payload);
+  const uint32_t l3_len = m.at.size - at_.l3;
+  if (at_.ip_version == 4) {
+    Ipv4Ref ip(p + at_.l3);
+    ip.set_total_len(l3_len);
+    // RFC 1624 incremental update: only the length changed from zero.
+    uint32_t sum = uint32_t(uint16_t(~ipv4_csum_zero_len_)) + l3_len;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    ip.set_checksum(static_cast<uint16_t>(~sum));
+  } else {
+    Ipv6Ref(p + at_.l3).set_payload_len(l3_len - kIpv6Len);
+  }
+  UdpRef(p + at_.udp).set_length(m.at.size - at_.udp);
+  BthRef(p + at_.bth).set_pad_count(m.at.pad);
+  std::memset(p + at_.payload + payload_len, 0, m.at.pad);
+  return m;
+}
+
 static void refresh_ipv4_checksum(uint8_t* l3) {
   Ipv4Ref ip(l3);
   ip.set_checksum(0);

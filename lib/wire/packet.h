@@ -189,6 +189,26 @@ Layout plan_layout(const Addressing& addr, uint8_t opcode, bool with_tseth, uint
 MutablePacket begin_frame(std::span<uint8_t> buf, const Addressing& addr, uint8_t opcode, bool with_tseth,
                           uint32_t payload_len);
 
+// The headers of one (addressing, opcode) pair, laid out once. stamp() copies
+// them and fixes the lengths, which is all that changes between packets of a
+// flow besides the per-packet fields the caller then sets (PSN, EV, VA...).
+// This is the datapath's builder; begin_frame() is the general one.
+class FrameTemplate {
+ public:
+  // Returns false when the opcode is unknown.
+  bool prepare(const Addressing& addr, uint8_t opcode, bool with_tseth);
+  // Same bytes as begin_frame() with the same arguments. Returns a packet
+  // with base == nullptr when `buf` is too small or the length too large.
+  MutablePacket stamp(std::span<uint8_t> buf, uint32_t payload_len) const;
+  const Layout& layout() const { return at_; }
+
+ private:
+  static constexpr unsigned kMaxHeaderLen = 128;
+  std::array<uint8_t, kMaxHeaderLen> hdr_{};
+  Layout at_;
+  uint16_t ipv4_csum_zero_len_ = 0;  // IPv4 checksum with total length 0
+};
+
 // Computes the IPv4 checksum (if any) and the ICRC. Call after the last field
 // is set.
 void finish_frame(const MutablePacket& p);

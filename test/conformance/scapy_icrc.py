@@ -146,8 +146,11 @@ def main():
     for name, craft_args in RUNS:
         pcap = os.path.join(args.workdir, name + ".pcap")
         manifest_path = os.path.join(args.workdir, name + ".jsonl")
-        subprocess.run([args.craft, "--out", pcap, "--manifest", manifest_path] + craft_args, check=True,
-                       stderr=subprocess.DEVNULL)
+        res = subprocess.run([args.craft, "--out", pcap, "--manifest", manifest_path] + craft_args,
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            fail(f"{name}: mrc-craft {' '.join(craft_args)} exited {res.returncode}: {res.stderr.strip()}")
+            continue
         with open(manifest_path) as f:
             manifest = [json.loads(line) for line in f]
         frames = [raw(p) for p in rdpcap(pcap)]

@@ -218,8 +218,10 @@ def compare(m, t, run):
 def craft(args, name, craft_args):
     pcap = os.path.join(args.workdir, name + ".pcap")
     manifest = os.path.join(args.workdir, name + ".jsonl")
-    subprocess.run([args.craft, "--out", pcap, "--manifest", manifest] + craft_args, check=True,
-                   stderr=subprocess.DEVNULL)
+    res = subprocess.run([args.craft, "--out", pcap, "--manifest", manifest] + craft_args,
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"FAIL {name}: mrc-craft {' '.join(craft_args)} exited {res.returncode}: {res.stderr.strip()}")
     with open(manifest) as f:
         return pcap, [json.loads(line) for line in f]
 
@@ -264,7 +266,12 @@ def main():
         for m, t in zip(manifest, rows):
             if m["kind"] != "valid":
                 continue
-            cmps = compare(m, t, run)
+            try:
+                cmps = compare(m, t, run)
+            except (KeyError, ValueError) as e:  # tshark did not decode a layer we need
+                print(f"FAIL {name} frame {m['index']} ({m['opcode_name']}): tshark gave no usable {e}")
+                failures += 1
+                continue
             for field, source, expected, got in mismatches(cmps):
                 print(f"FAIL {name} frame {m['index']} ({m['opcode_name']}) {field} [{source}]: "
                       f"manifest {expected!r}, decoded {got!r}")

@@ -295,3 +295,36 @@ TEST_CASE("names of opcodes, reasons and errors") {
   CHECK(parse_error_name(ParseError::bad_icrc) == "bad_icrc");
   CHECK(kParseErrorCount == 20);
 }
+
+TEST_CASE("FrameTemplate stamps the same bytes as begin_frame") {
+  for (bool v6 : {false, true}) {
+    for (bool vlan : {false, true}) {
+      for (uint8_t opc : kAllOpcodes) {
+        const bool payload = op_flags(opc) & kOpPayload;
+        Addressing a = addressing(v6, vlan);
+        FrameTemplate t;
+        REQUIRE(t.prepare(a, opc, true));
+        for (uint32_t len : payload ? std::vector<uint32_t>{0, 1, 3, 4096, 9000} : std::vector<uint32_t>{0}) {
+          INFO("opcode " << int(opc) << " v6 " << v6 << " vlan " << vlan << " len " << len);
+          std::vector<uint8_t> x(len + 200, 0x11), y(len + 200, 0x11);
+          MutablePacket a1 = begin_frame(x, a, opc, true, len);
+          MutablePacket a2 = t.stamp(y, len);
+          REQUIRE(a1.base);
+          REQUIRE(a2.base);
+          CHECK(a2.at.size == a1.at.size);
+          finish_frame(a1);
+          finish_frame(a2);
+          CHECK(x == y);
+        }
+        std::vector<uint8_t> small(20);
+        CHECK(t.stamp(small, 0).base == nullptr);
+        if (!payload) {
+          std::vector<uint8_t> big(300);
+          CHECK(t.stamp(big, 4).base == nullptr);
+        }
+      }
+    }
+  }
+  FrameTemplate bad;
+  CHECK_FALSE(bad.prepare(addressing(false, false), 0x04, false));
+}
