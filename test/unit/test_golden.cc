@@ -13,7 +13,7 @@ TEST_CASE("golden vectors: ICRC and parse results") {
   REQUIRE(mrc::test::kGoldenVectors.size() >= 3);
   for (const auto& g : mrc::test::kGoldenVectors) {
     INFO(g.name);
-    const std::vector<uint8_t>& f = g.frame;
+    const std::vector<uint8_t> f(g.frame.begin(), g.frame.end());
     const unsigned l3 = load_be16(f.data() + 12) == kEtherTypeVlan ? kEthLen + kVlanTagLen : kEthLen;
     std::span<const uint8_t> l3_span(f.data() + l3, f.size() - l3);
     CHECK(load_le32(f.data() + f.size() - 4) == g.icrc_wire_le);
