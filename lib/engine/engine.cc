@@ -1,0 +1,554 @@
+// Engine setup, the receive dispatch, timers and introspection. The
+// requester, responder and EV spraying live in their own files.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "engine/engine_impl.h"
+#include "wire/icrc.h"
+#include "wire/psn.h"
+
+namespace mrc::engine {
+
+using namespace wire;
+
+std::string_view qp_state_name(QpState s) {
+  switch (s) {
+    case QpState::reset: return "RESET";
+    case QpState::init: return "INIT";
+    case QpState::rtr: return "RTR";
+    case QpState::rts: return "RTS";
+    case QpState::error: return "ERROR";
+  }
+  return "?";
+}
+
+std::string_view ev_state_name(EvState s) {
+  switch (s) {
+    case EvState::good: return "GOOD";
+    case EvState::skip: return "SKIP";
+    case EvState::assumed_bad: return "ASSUMED_BAD";
+    case EvState::denied: return "DENIED";
+  }
+  return "?";
+}
+
+std::string_view wc_status_name(WcStatus s) {
+  switch (s) {
+    case WcStatus::success: return "success";
+    case WcStatus::loc_len_err: return "local length error";
+    case WcStatus::loc_qp_op_err: return "local QP operation error";
+    case WcStatus::loc_prot_err: return "local protection error";
+    case WcStatus::wr_flush_err: return "WR flushed";
+    case WcStatus::bad_resp_err: return "bad response error";
+    case WcStatus::loc_access_err: return "local access error";
+    case WcStatus::rem_inv_req_err: return "remote invalid request error";
+    case WcStatus::rem_access_err: return "remote access error";
+    case WcStatus::rem_op_err: return "remote operation error";
+    case WcStatus::retry_exc_err: return "transport retry counter exceeded";
+    case WcStatus::fatal_err: return "fatal error";
+  }
+  return "?";
+}
+
+Engine::Impl::Impl(const EngineConfig& c, Env& e) : cfg(c), env(e), rng(c.seed) {
+  cfg.num_planes = std::clamp<uint32_t>(cfg.num_planes, 1, kMaxPlanes);
+  mrs.resize(1u << kMrIndexBits);
+  qps.resize(cfg.max_qps);
+  for (uint32_t i = 0; i < qps.size(); ++i) qps[i].qpn = kFirstQpn + i;
+  plane_up.fill(true);
+  active_qps.reserve(cfg.max_qps);
+}
+
+Engine::Engine(const EngineConfig& cfg, Env& env) : impl_(std::make_unique<Impl>(cfg, env)) {}
+Engine::~Engine() = default;
+const EngineConfig& Engine::config() const { return impl_->cfg; }
+const Counters<DevCtr>& Engine::counters() const { return impl_->ctr; }
+
+// ---------------------------------------------------------------------------
+// Memory regions
+
+bool Engine::reg_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length, uint32_t access, uint32_t& lkey,
+                    uint32_t& rkey) {
+  auto& I = *impl_;
+  if (!host_ptr || length == 0 || iova + length < iova) return false;
+  for (uint32_t slot = 1; slot < I.mrs.size(); ++slot) {  // slot 0 unused: key 0 is never valid
+    Mr& m = I.mrs[slot];
+    if (m.valid) continue;
+    auto key = [&] {
+      uint32_t tag = static_cast<uint32_t>(I.rng()) >> kMrIndexBits;
+      return (tag << kMrIndexBits) | slot;
+    };
+    m = Mr{static_cast<uint8_t*>(host_ptr), iova, length, access, pd, key(), key(), true};
+    lkey = m.lkey;
+    rkey = m.rkey;
+    return true;
+  }
+  return false;
+}
+
+bool Engine::dereg_mr(uint32_t lkey) {
+  auto& I = *impl_;
+  Mr& m = I.mrs[lkey & ((1u << kMrIndexBits) - 1)];
+  if (!m.valid || m.lkey != lkey) return false;
+  m = Mr{};
+  return true;
+}
+
+const Mr* Engine::Impl::find_lkey(uint32_t lkey, uint32_t pd) const {
+  const Mr& m = mrs[lkey & ((1u << kMrIndexBits) - 1)];
+  return m.valid && m.lkey == lkey && m.pd == pd ? &m : nullptr;
+}
+
+const Mr* Engine::Impl::find_rkey(uint32_t rkey, uint32_t pd) const {
+  const Mr& m = mrs[rkey & ((1u << kMrIndexBits) - 1)];
+  return m.valid && m.rkey == rkey && m.pd == pd ? &m : nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// QP lifecycle
+
+Qp* Engine::Impl::find_qp(uint32_t qpn) {
+  if (qpn < kFirstQpn || qpn - kFirstQpn >= qps.size()) return nullptr;
+  Qp& qp = qps[qpn - kFirstQpn];
+  return qp.in_use ? &qp : nullptr;
+}
+
+void Engine::Impl::init_qp(Qp& qp, uint32_t pd, const QpCaps& caps) {
+  const uint32_t qpn = qp.qpn;
+  qp = Qp{};
+  qp.qpn = qpn;
+  qp.pd = pd;
+  qp.in_use = true;
+  qp.caps = caps;
+  const uint32_t sq = std::bit_ceil(std::clamp<uint32_t>(caps.max_send_wr, 1, 1u << 16));
+  const uint32_t rq = std::bit_ceil(std::clamp<uint32_t>(caps.max_recv_wr, 1, 1u << 16));
+  qp.sq.resize(sq);
+  qp.sq_mask = sq - 1;
+  qp.rq.resize(rq);
+  qp.rq_mask = rq - 1;
+}
+
+uint32_t Engine::create_qp(uint32_t pd, const QpCaps& caps) {
+  auto& I = *impl_;
+  for (Qp& qp : I.qps) {
+    if (qp.in_use) continue;
+    I.init_qp(qp, pd, caps);
+    return qp.qpn;
+  }
+  return 0;
+}
+
+bool Engine::destroy_qp(uint32_t qpn) {
+  auto& I = *impl_;
+  Qp* qp = I.find_qp(qpn);
+  if (!qp) return false;
+  std::erase(I.active_qps, qpn);
+  *qp = Qp{};
+  qp->qpn = qpn;
+  return true;
+}
+
+ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos now) {
+  auto& I = *impl_;
+  Qp* qpp = I.find_qp(qpn);
+  if (!qpp) return ModifyError::no_qp;
+  Qp& qp = *qpp;
+  const QpState from = qp.state;
+  if (to == QpState::error) {
+    I.enter_error(qp, WcStatus::wr_flush_err, now);
+    return ModifyError::ok;
+  }
+  if (to == QpState::reset) {
+    std::erase(I.active_qps, qpn);
+    I.init_qp(qp, qp.pd, QpCaps(qp.caps));
+    return ModifyError::ok;
+  }
+  const bool ok_transition = (from == QpState::reset && to == QpState::init) ||
+                             (from == QpState::init && (to == QpState::init || to == QpState::rtr)) ||
+                             (from == QpState::rtr && to == QpState::rts) ||
+                             (from == QpState::rts && to == QpState::rts);
+  if (!ok_transition) return ModifyError::bad_transition;
+
+  if (to == QpState::init) {
+    if (a.ev.evs.size() > 0xFFFF) return ModifyError::bad_attr;
+    for (const EvEntry& e : a.ev.evs)
+      if (e.plane >= I.cfg.num_planes) return ModifyError::bad_attr;
+    qp.attr.ev = a.ev;
+    qp.attr.cc = a.cc;
+    qp.state = QpState::init;
+    return ModifyError::ok;
+  }
+  if (to == QpState::rtr) {
+    if (a.pmtu < 256 || a.pmtu > 9000 || a.mpr_dest == 0 || a.mpr_dest > 1024 || a.max_wimm_dest == 0 || (a.pmtu & 3))
+      return ModifyError::bad_attr;
+    qp.attr.pmtu = a.pmtu;
+    qp.attr.rq_psn = a.rq_psn & kPsnMask;
+    qp.attr.dest_qpn = a.dest_qpn & kPsnMask;
+    qp.attr.remote = a.remote;
+    qp.attr.mpr_dest = a.mpr_dest;
+    qp.attr.max_wimm_dest = a.max_wimm_dest;
+    qp.rcv_cack = psn_add(qp.attr.rq_psn, -1);
+    qp.rcv_window = a.mpr_dest * kMprUnitPsns;
+    const uint32_t bits = std::bit_ceil(qp.rcv_window);
+    qp.rcv_bits.assign(bits / 64 + 1, 0);
+    qp.rcv_bits_mask = bits - 1;
+    qp.stash.assign(a.max_wimm_dest, ImmStash{});
+    qp.rc_msn = 0;
+    I.build_evs(qp);
+    qp.state = QpState::rtr;
+    return ModifyError::ok;
+  }
+  // RTS
+  if (from == QpState::rtr) {
+    if (a.timeout > 24 || a.retry_linear > 7 || a.retry_exp > 25 || a.mpr == 0 || a.mpr > 1024 || a.max_wimm == 0)
+      return ModifyError::bad_attr;
+    qp.attr.sq_psn = a.sq_psn & kPsnMask;
+    qp.attr.timeout = a.timeout;
+    qp.attr.retry_linear = a.retry_linear;
+    qp.attr.retry_exp = a.retry_exp;
+    qp.attr.mpr = a.mpr;
+    qp.attr.max_wimm = a.max_wimm;
+    qp.snd_una = qp.snd_nxt = qp.attr.sq_psn;
+    qp.window_psns = a.mpr * kMprUnitPsns;
+    const uint32_t slots = std::bit_ceil(qp.window_psns);
+    qp.win.assign(slots, TxPkt{});
+    qp.win_mask = slots - 1;
+    qp.rtx.assign(slots, 0);
+    qp.rto_base = ack_timeout_ns(I.cfg.transport, a.timeout);
+    qp.cc = make_congestion_control(qp.attr.cc, qp.attr.pmtu, I.cfg.plane_rate_gbps * I.cfg.num_planes);
+    qp.tmpl.assign(I.cfg.num_planes * 2, FrameTemplate{});
+    for (uint32_t p = 0; p < I.cfg.num_planes; ++p) {
+      Addressing addr;
+      addr.src_mac = I.cfg.planes[p].mac;
+      addr.dst_mac = qp.attr.remote[p].mac;
+      addr.src_ip = I.cfg.planes[p].ip;
+      addr.dst_ip = qp.attr.remote[p].ip;
+      addr.dscp = I.cfg.dscp_data;
+      if (addr.src_ip.is_v4() != addr.dst_ip.is_v4()) return ModifyError::bad_attr;
+      const bool mrc = I.cfg.transport == Transport::mrc;
+      qp.tmpl[p * 2].prepare(addr, uint8_t(mrc ? Opcode::mrc_write_middle : Opcode::rc_write_middle), false);
+      qp.tmpl[p * 2 + 1].prepare(addr, uint8_t(mrc ? Opcode::mrc_write_last_imm : Opcode::rc_write_last_imm), false);
+    }
+  }
+  qp.state = QpState::rts;
+  return ModifyError::ok;
+}
+
+size_t Engine::qp_state_bytes(const QpCaps& caps, const QpAttr& a) {
+  const size_t win = std::bit_ceil(a.mpr * kMprUnitPsns);
+  const size_t planes = kMaxPlanes;
+  return sizeof(Qp) + std::bit_ceil(std::max<uint32_t>(caps.max_send_wr, 1)) * sizeof(SqEntry) +
+         std::bit_ceil(std::max<uint32_t>(caps.max_recv_wr, 1)) * sizeof(RecvWr) + win * (sizeof(TxPkt) + 4) +
+         std::bit_ceil(a.mpr_dest * kMprUnitPsns) / 8 + a.max_wimm_dest * sizeof(ImmStash) +
+         std::max<size_t>(a.ev.evs.size(), 1) * (sizeof(Ev) + 2) + planes * 2 * sizeof(wire::FrameTemplate) +
+         512 /* congestion control state */;
+}
+
+void Engine::Impl::complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, uint32_t len, uint32_t imm,
+                            bool has_imm) {
+  Completion c;
+  c.wr_id = wr_id;
+  c.qpn = qp.qpn;
+  c.status = st;
+  c.opcode = op;
+  c.byte_len = len;
+  c.imm = imm;
+  c.has_imm = has_imm;
+  qp.ctr.inc(QpCtr::completions);
+  if (st != WcStatus::success) qp.ctr.inc(QpCtr::completions_error);
+  env.complete(c);
+}
+
+void Engine::Impl::enter_error(Qp& qp, WcStatus cause, Nanos now) {
+  if (qp.state == QpState::error) return;
+  const bool was_active = qp.state == QpState::rts || qp.state == QpState::rtr;
+  qp.state = QpState::error;
+  flush(qp, cause, now);
+  if (was_active && cause != WcStatus::wr_flush_err) env.qp_error(qp.qpn, cause);
+}
+
+void Engine::Impl::activate(Qp& qp) {
+  if (qp.on_active_list) return;
+  qp.on_active_list = true;
+  active_qps.push_back(qp.qpn);
+}
+
+bool Engine::Impl::is_local_ip(const IpAddr& ip, uint32_t plane) const { return cfg.planes[plane].ip == ip; }
+
+// ---------------------------------------------------------------------------
+// Receive dispatch
+
+void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
+  auto& I = *impl_;
+  I.last_now = now;
+  I.ctr.inc(DevCtr::rx_frames);
+  if (plane >= I.cfg.num_planes) return I.ctr.inc(DevCtr::rx_drop_bad_plane);
+  Packet p;
+  // Trimmed packets lost their payload, so their ICRC cannot match: they
+  // are recognised by DSCP and parsed without the check.
+  ParseError e = parse_frame(frame, p, {.verify_icrc = false});
+  if (e != ParseError::ok) return I.ctr.inc(parse_error_counter(e));
+  const bool trimmed = p.dscp() == I.cfg.dscp_trimmed && (p.at.flags & kOpPayload);
+  if (trimmed) {
+    I.ctr.inc(DevCtr::rx_trimmed);
+  } else if (I.cfg.verify_icrc && !icrc_check(p.l3_span())) {
+    return I.ctr.inc(DevCtr::rx_drop_bad_icrc);
+  }
+  if (!I.is_local_ip(p.dst_ip(), plane)) return I.ctr.inc(DevCtr::rx_drop_not_ours);
+  const bool mrc_op = p.at.flags & kOpMrc;
+  const bool mrc = I.cfg.transport == Transport::mrc;
+  if (p.at.opcode == uint8_t(Opcode::mrc_endpoint_request) || p.at.opcode == uint8_t(Opcode::mrc_endpoint_response))
+    return I.on_endpoint(plane, p, now);
+  if (mrc_op != mrc && p.at.opcode != uint8_t(Opcode::cnp)) return I.ctr.inc(DevCtr::rx_drop_wrong_transport);
+  Qp* qp = I.find_qp(p.bth().dest_qp());
+  if (!qp) return I.ctr.inc(DevCtr::rx_drop_unknown_qp);
+
+  if (p.at.flags & kOpPayload) {
+    if (qp->state != QpState::rtr && qp->state != QpState::rts) return qp->ctr.inc(QpCtr::rx_drop_bad_state);
+    if (trimmed) {
+      qp->ctr.inc(QpCtr::rx_trimmed);
+      I.send_nack(*qp, plane, ev_decode(qp->attr.ev.format, p), p.bth().psn(), NackReason::trimmed);
+      return;
+    }
+    if (mrc)
+      I.on_data(*qp, plane, p, now);
+    else
+      I.on_data_rocev2(*qp, plane, p, now);
+  } else if (qp->state != QpState::rts) {
+    // Feedback and probes only mean something to a connected QP.
+    qp->ctr.inc(QpCtr::rx_drop_bad_state);
+  } else if (p.at.flags & kOpSeth) {
+    I.on_sack(*qp, p, now);
+  } else if (p.at.flags & kOpNeth) {
+    I.on_nack(*qp, p, now);
+  } else if (p.at.flags & kOpAeth) {
+    I.on_aeth(*qp, p, now);
+  } else if (p.at.flags & kOpPeth) {
+    I.on_probe(*qp, plane, p, now);
+  } else if (p.at.flags & kOpCnp) {
+    I.on_cnp(*qp, now);
+  }
+  I.poll_qp(*qp, now);
+}
+
+// Endpoint requests are connectionless: a port status update names the
+// sender's planes that are down; an EV probe is answered with a response.
+void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
+  if (p.at.opcode == uint8_t(Opcode::mrc_endpoint_response)) return;  // the controller's business
+  ctr.inc(DevCtr::rx_endpoint_requests);
+  const uint8_t op = p.erth().op();
+  if (op == uint8_t(EndpointOp::port_status_update)) {
+    const uint32_t down = p.erth().port_status_mask();
+    const IpAddr src = p.src_ip();
+    for (uint32_t qpn : active_qps) {
+      Qp& qp = qps[qpn - kFirstQpn];
+      if (qp.attr.remote[plane].ip != src) continue;
+      const uint32_t newly_down = down & ~qp.peer_planes_down;
+      qp.peer_planes_down = down & ((1u << cfg.num_planes) - 1);
+      for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+        if ((newly_down >> qp.evs[i].plane) & 1) ev_mark(qp, i, EvState::assumed_bad, now, true);
+      }
+    }
+    return;
+  }
+  if (op != uint8_t(EndpointOp::ev_probe)) return ctr.inc(DevCtr::rx_drop_bad_endpoint_op);
+  // Answer on the plane it came in on, to its sender, echoing id and stamp.
+  Addressing a;
+  a.src_mac = cfg.planes[plane].mac;
+  a.dst_mac = p.eth().src_mac();
+  a.src_ip = cfg.planes[plane].ip;
+  a.dst_ip = p.src_ip();
+  a.udp_src_port = p.udp().src_port();
+  a.flow_label = p.flow_label();
+  a.dscp = cfg.dscp_control;
+  std::span<uint8_t> out = env.tx_buffer(plane, 256);
+  if (out.size() < 128) return ctr.inc(DevCtr::tx_drop_no_buffer);
+  MutablePacket m = begin_frame(out, a, uint8_t(Opcode::mrc_endpoint_response), false, 0);
+  m.bth().set_dest_qp(kEndpointQpn);
+  m.bth().set_psn(p.bth().psn());
+  m.eeth().set_op(op);
+  m.eeth().set_rx_port(plane + 1);
+  m.eeth().set_tx_timestamp(p.erth().tx_timestamp());
+  finish_frame(m);
+  env.tx_send(plane, m.at.size);
+  ctr.inc(DevCtr::tx_endpoint_responses);
+  (void)now;
+}
+
+// ---------------------------------------------------------------------------
+// Timers and transmit
+
+void Engine::Impl::poll_qp(Qp& qp, Nanos now) {
+  if (qp.ack_now || (qp.unacked_pkts && now >= qp.ack_deadline)) send_sack(qp, now, false, 0);
+  if (qp.state != QpState::rts) return;
+  if (qp.snd_una != qp.snd_nxt && now >= qp.rto_deadline) on_rto(qp, now);
+  if (qp.state != QpState::rts) return;
+  if (now >= qp.next_probe_at) send_probes(qp, now);
+  transmit(qp, now, 64);
+}
+
+void Engine::poll(Nanos now) {
+  auto& I = *impl_;
+  I.last_now = now;
+  for (size_t i = 0; i < I.active_qps.size();) {
+    Qp& qp = I.qps[I.active_qps[i] - Impl::kFirstQpn];
+    I.poll_qp(qp, now);
+    const bool idle = qp.state != QpState::rts && qp.state != QpState::rtr
+                          ? true
+                          : qp.snd_una == qp.snd_nxt && qp.rtx_head == qp.rtx_tail && qp.sq_send == qp.sq_tail &&
+                                qp.sq_head == qp.sq_tail && !qp.unacked_pkts && qp.next_probe_at == kNever;
+    if (idle) {
+      qp.on_active_list = false;
+      I.active_qps[i] = I.active_qps.back();
+      I.active_qps.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+Nanos Engine::Impl::qp_deadline(const Qp& qp) const {
+  Nanos t = kNever;
+  if (qp.unacked_pkts) t = std::min(t, qp.ack_deadline);
+  if (qp.ack_now) return 0;
+  if (qp.state != QpState::rts) return t;
+  if (qp.snd_una != qp.snd_nxt) t = std::min(t, qp.rto_deadline);
+  t = std::min(t, qp.next_probe_at);
+  // Pacing is a timer only while the pace, not the window, holds packets back.
+  if (qp_wants_tx(qp) && qp.cc->next_send_time() > last_now) t = std::min(t, qp.cc->next_send_time());
+  return t;
+}
+
+bool Engine::Impl::qp_wants_tx(const Qp& qp) const {
+  if (qp.state != QpState::rts) return false;
+  if (qp.rtx_head != qp.rtx_tail) return true;
+  if (qp.sq_send == qp.sq_tail) return false;
+  const SqEntry& e = qp.sq[qp.sq_send & qp.sq_mask];
+  if (e.error != WcStatus::success) return false;
+  const uint32_t offset = e.sent_pkts * qp.attr.pmtu;
+  const uint32_t len = std::min(qp.attr.pmtu, e.wr.length - std::min(e.wr.length, offset));
+  return psn_diff(qp.snd_nxt, qp.snd_una) < int32_t(qp.window_psns) && window_open(qp, len);
+}
+
+Nanos Engine::next_deadline() const {
+  auto& I = *impl_;
+  Nanos t = kNever;
+  for (uint32_t qpn : I.active_qps) t = std::min(t, I.qp_deadline(I.qps[qpn - Impl::kFirstQpn]));
+  return t;
+}
+
+bool Engine::wants_tx() const {
+  auto& I = *impl_;
+  for (uint32_t qpn : I.active_qps)
+    if (I.qp_wants_tx(I.qps[qpn - Impl::kFirstQpn])) return true;
+  return false;
+}
+
+int Engine::post_send(uint32_t qpn, const SendWr& wr, Nanos now) {
+  auto& I = *impl_;
+  Qp* qp = I.find_qp(qpn);
+  if (!qp || qp->state != QpState::rts) return EINVAL;
+  return I.post_send(*qp, wr, now);
+}
+
+int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
+  auto& I = *impl_;
+  Qp* qp = I.find_qp(qpn);
+  if (!qp || qp->state == QpState::reset || qp->state == QpState::error) return EINVAL;
+  if (qp->rq_tail - qp->rq_head > qp->rq_mask) return ENOMEM;
+  qp->rq[qp->rq_tail++ & qp->rq_mask] = wr;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Planes and EVs
+
+void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
+  auto& I = *impl_;
+  if (plane >= I.cfg.num_planes || I.plane_up[plane] == up) return;
+  I.plane_up[plane] = up;
+  I.planes_down_mask = up ? I.planes_down_mask & ~(1u << plane) : I.planes_down_mask | (1u << plane);
+  for (uint32_t qpn : qpns()) {
+    Qp& qp = I.qps[qpn - Impl::kFirstQpn];
+    if (qp.state != QpState::rts) continue;
+    for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+      if (qp.evs[i].plane != plane) continue;
+      if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);
+    }
+    if (up) {  // probe the plane's EVs back at once
+      for (Ev& ev : qp.evs)
+        if (ev.plane == plane && ev.state == EvState::assumed_bad) ev.probe_at = now, ev.probe_backoff = 0;
+      qp.next_probe_at = now;
+      I.activate(qp);
+    }
+  }
+}
+
+bool Engine::plane_up(uint32_t plane) const { return plane < kMaxPlanes && impl_->plane_up[plane]; }
+
+void Engine::send_port_status(Nanos now) {
+  auto& I = *impl_;
+  for (uint32_t qpn : qpns()) {
+    Qp& qp = I.qps[qpn - Impl::kFirstQpn];
+    if (qp.state != QpState::rts) continue;
+    for (uint32_t p = 0; p < I.cfg.num_planes; ++p) {
+      if (!I.plane_up[p]) continue;
+      I.send_ctrl(qp, p, uint8_t(Opcode::mrc_endpoint_request), 0xC000, 0, [&](const MutablePacket& m) {
+        m.bth().set_dest_qp(kEndpointQpn);
+        m.erth().set_op(uint8_t(EndpointOp::port_status_update));
+        m.erth().set_port_status_mask(I.planes_down_mask);
+      });
+      I.ctr.inc(DevCtr::tx_port_status);
+    }
+  }
+  (void)now;
+}
+
+bool Engine::set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now) {
+  auto& I = *impl_;
+  Qp* qp = I.find_qp(qpn);
+  if (!qp || ev_index >= qp->evs.size() || s == EvState::skip) return false;
+  I.ev_mark(*qp, static_cast<uint16_t>(ev_index), s, now, true);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Introspection
+
+bool Engine::qp_info(uint32_t qpn, QpInfo& out) const {
+  auto& I = *impl_;
+  Qp* qp = I.find_qp(qpn);
+  if (!qp) return false;
+  out.qpn = qpn;
+  out.state = qp->state;
+  out.dest_qpn = qp->attr.dest_qpn;
+  out.snd_una = qp->snd_una;
+  out.snd_nxt = qp->snd_nxt;
+  out.rcv_cack = qp->rcv_cack;
+  out.inflight_bytes = qp->inflight_bytes;
+  out.cwnd_bytes = qp->cc ? qp->cc->window_bytes() : 0;
+  out.sq_outstanding = qp->sq_tail - qp->sq_head;
+  out.rq_posted = qp->rq_tail - qp->rq_head;
+  out.retries = qp->retries;
+  out.ctr = qp->ctr;
+  return true;
+}
+
+std::vector<uint32_t> Engine::qpns() const {
+  std::vector<uint32_t> out;
+  for (const Qp& qp : impl_->qps)
+    if (qp.in_use) out.push_back(qp.qpn);
+  return out;
+}
+
+std::vector<EvInfo> Engine::ev_info(uint32_t qpn) const {
+  std::vector<EvInfo> out;
+  Qp* qp = impl_->find_qp(qpn);
+  if (!qp) return out;
+  for (const Ev& e : qp->evs) out.push_back(EvInfo{e.value, e.plane, e.state, e.active, e.ctr});
+  return out;
+}
+
+}  // namespace mrc::engine

@@ -1,0 +1,181 @@
+// The MRC protocol engine: one NIC device with P planes and its QPs.
+//
+// It does no I/O of its own. Time arrives as `now` on every call, frames
+// leave through Env::tx_*, completions through Env::complete, and received
+// frames are handed to on_rx(). The same code runs inside the DPDK datapath,
+// the simulator and the tests. After setup (QP creation and modification)
+// the fast path — post_send, on_rx, poll — allocates nothing.
+//
+// Single-threaded by design: one engine belongs to one lcore.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "engine/counters.h"
+#include "engine/types.h"
+
+namespace mrc::engine {
+
+// What the engine needs from whoever runs it.
+class Env {
+ public:
+  virtual ~Env() = default;
+  // Frames the plane can take right now without dropping; 0 when full.
+  virtual uint32_t tx_room(uint32_t plane) = 0;
+  // A buffer for one frame of at most `len` bytes on `plane`, valid until
+  // tx_send() for that plane; empty when none is available.
+  virtual std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) = 0;
+  // Sends the first `len` bytes of the buffer tx_buffer() last gave for `plane`.
+  virtual void tx_send(uint32_t plane, uint32_t len) = 0;
+  virtual void complete(const Completion& c) = 0;
+  // An EV of a QP changed between GOOD and ASSUMED_BAD (the mrc_ctl EV event).
+  virtual void ev_event(uint32_t /*qpn*/, uint32_t /*ev*/, EvState /*from*/, EvState /*to*/, uint64_t /*drops*/) {}
+  // A QP entered ERROR on its own (retry exhausted, remote error, fatal).
+  virtual void qp_error(uint32_t /*qpn*/, WcStatus /*why*/) {}
+};
+
+struct EngineConfig {
+  Transport transport = Transport::mrc;
+  uint32_t num_planes = 1;
+  std::array<PlaneAddr, kMaxPlanes> planes{};  // this device's address on each plane
+  double plane_rate_gbps = 100.0;
+  uint64_t seed = 1;
+  uint32_t max_qps = 1024;
+  // Responder ACK policy: a SACK at least every ack_every data packets, or
+  // ack_delay after the first unacknowledged one, and at once on AckReq,
+  // ECN, duplicates and probes.
+  uint32_t ack_every = 4;
+  Nanos ack_delay = 2000;
+  // Lost-packet detection: a packet is lost once one sent this much later
+  // has been acknowledged (RACK-style; spraying reorders).
+  Nanos reorder_window = 4000;
+  // How often an ASSUMED_BAD EV is probed (doubling per silent probe up to
+  // probe_interval_max).
+  Nanos probe_interval = 50000;
+  Nanos probe_interval_max = 2000000;
+  // SKIP lasts for this many picks on the EV's plane ("one rotation" is the
+  // plane's active EV count, used when this is 0).
+  uint32_t skip_picks = 0;
+  // Packets whose DSCP equals dscp_trimmed are trimmed headers.
+  uint8_t dscp_data = 0;
+  uint8_t dscp_control = 0;
+  uint8_t dscp_trimmed = 0x3F;
+  bool verify_icrc = true;
+  // RoCEv2 DCQCN notification point: at most one CNP per QP per interval.
+  Nanos cnp_interval = 50000;
+};
+
+struct QpCaps {
+  uint32_t max_send_wr = 256;
+  uint32_t max_recv_wr = 256;
+};
+
+// The attributes of ibv_qp_attr and mrc_qp_attr that the engine uses,
+// in their API units.
+struct QpAttr {
+  uint32_t pmtu = 4096;  // bytes
+  uint32_t sq_psn = 0;
+  uint32_t rq_psn = 0;
+  uint32_t dest_qpn = 0;
+  std::array<PlaneAddr, kMaxPlanes> remote{};  // the peer's address on each plane
+  uint8_t timeout = 8;                         // MRC: 1.024 us * 2^t; RoCEv2: 4.096 us * 2^t
+  uint8_t retry_linear = 7;                    // fixed-interval retries (<= 7)
+  uint8_t retry_exp = 25;                      // then exponential back-off retries (<= 25, 25 = infinite)
+  uint32_t mpr = 8;                            // requester window, units of 128 PSNs
+  uint32_t mpr_dest = 8;                       // responder window, units of 128 PSNs
+  uint32_t max_wimm = 128;
+  uint32_t max_wimm_dest = 128;
+  EvProfile ev;
+  CcProfile cc;
+};
+
+enum class ModifyError : int { ok = 0, bad_transition, bad_attr, no_qp };
+
+struct QpInfo {
+  uint32_t qpn = 0;
+  QpState state = QpState::reset;
+  uint32_t dest_qpn = 0;
+  uint32_t snd_una = 0, snd_nxt = 0;  // requester PSNs
+  uint32_t rcv_cack = 0;              // responder: last in-order PSN
+  uint64_t inflight_bytes = 0;
+  uint64_t cwnd_bytes = 0;
+  uint32_t sq_outstanding = 0;
+  uint32_t rq_posted = 0;
+  uint32_t retries = 0;
+  Counters<QpCtr> ctr;
+};
+
+struct EvInfo {
+  uint32_t value = 0;
+  uint8_t plane = 0;
+  EvState state = EvState::good;
+  bool active = false;  // in the spray set (not a backup)
+  Counters<EvCtr> ctr;
+};
+
+class Engine {
+ public:
+  Engine(const EngineConfig& cfg, Env& env);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const EngineConfig& config() const;
+
+  // Memory regions. `host_ptr` is where the engine reads and writes the
+  // region's bytes; `iova` is the address peers and WRs name. Keys are
+  // unpredictable, and valid only for their protection domain.
+  bool reg_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length, uint32_t access, uint32_t& lkey,
+              uint32_t& rkey);
+  bool dereg_mr(uint32_t lkey);
+
+  // QPs. create_qp returns the QPN, 0 when out of QPs.
+  uint32_t create_qp(uint32_t pd, const QpCaps& caps);
+  ModifyError modify_qp(uint32_t qpn, QpState to, const QpAttr& attr, Nanos now);
+  bool destroy_qp(uint32_t qpn);
+
+  // Fast path. post_send returns 0, or ENOMEM when the SQ is full, or
+  // EINVAL for an unknown QP or one in the wrong state. A WR the engine
+  // cannot execute (bad opcode, key or length) is accepted and completes
+  // with an error status; nothing is sent for it.
+  int post_send(uint32_t qpn, const SendWr& wr, Nanos now);
+  int post_recv(uint32_t qpn, const RecvWr& wr);
+  void on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now);
+  // Runs timers (ACK delay, RTO, probes) and sends what the windows allow.
+  void poll(Nanos now);
+  // The earliest time poll() has timer work; UINT64_MAX when idle.
+  Nanos next_deadline() const;
+  // True while some QP has packets it would send given TX room.
+  bool wants_tx() const;
+
+  // Planes and EVs (the controller's levers).
+  void set_plane_up(uint32_t plane, bool up, Nanos now);
+  bool plane_up(uint32_t plane) const;
+  // Sends a port status update about this device's planes to every peer of
+  // every connected QP, so they stop using downed planes at once.
+  void send_port_status(Nanos now);
+  bool set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now);
+
+  // Introspection.
+  const Counters<DevCtr>& counters() const;
+  bool qp_info(uint32_t qpn, QpInfo& out) const;
+  std::vector<uint32_t> qpns() const;
+  std::vector<EvInfo> ev_info(uint32_t qpn) const;
+  // Bytes of engine state per QP with the given attributes (for sizing).
+  static size_t qp_state_bytes(const QpCaps& caps, const QpAttr& attr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Timeout encoding: MRC 1.024 us * 2^t, IBTA 4.096 us * 2^t.
+constexpr Nanos ack_timeout_ns(Transport t, uint8_t timeout) {
+  const Nanos base = t == Transport::mrc ? 1024 : 4096;
+  return base << (timeout > 31 ? 31 : timeout);
+}
+
+}  // namespace mrc::engine

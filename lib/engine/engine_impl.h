@@ -1,0 +1,262 @@
+// Engine internals, shared by engine.cc (setup, dispatch, timers),
+// requester.cc, responder.cc and spray.cc. Not part of the public API.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "engine/cc.h"
+#include "engine/engine.h"
+#include "wire/packet.h"
+
+namespace mrc::engine {
+
+inline constexpr Nanos kNever = ~Nanos(0);
+
+// Memory regions. A key is (random tag << kMrIndexBits) | slot, so lookup is
+// one array access plus a comparison, and keys cannot be guessed.
+struct Mr {
+  uint8_t* ptr = nullptr;
+  uint64_t iova = 0;
+  uint64_t length = 0;
+  uint32_t access = 0;
+  uint32_t pd = 0;
+  uint32_t lkey = 0;
+  uint32_t rkey = 0;
+  bool valid = false;
+};
+inline constexpr unsigned kMrIndexBits = 12;
+
+// One outstanding PSN at the requester.
+enum TxPktFlags : uint8_t {
+  kPktAcked = 1 << 0,
+  kPktInFlight = 1 << 1,  // counted in inflight_bytes (sent, not acked, not declared lost)
+  kPktQueued = 1 << 2,    // waiting in the retransmit queue
+};
+struct TxPkt {
+  Nanos sent_at = 0;
+  uint32_t sq_index = 0;  // monotonic SQ index of its WQE
+  uint32_t offset = 0;    // byte offset within the message
+  uint32_t len = 0;
+  uint16_t ev = 0;  // index into Qp::evs
+  uint8_t tx_count = 0;
+  uint8_t flags = 0;
+};
+
+struct SqEntry {
+  SendWr wr;
+  const uint8_t* src = nullptr;  // resolved local data
+  uint32_t first_psn = 0;
+  uint32_t npkts = 0;
+  uint32_t sent_pkts = 0;  // first transmissions so far
+  uint16_t msn = 0;
+  WcStatus error = WcStatus::success;  // set for WRs refused at post time
+};
+
+struct Ev {
+  uint32_t value = 0;
+  uint8_t plane = 0;
+  EvState state = EvState::good;
+  bool active = false;
+  uint32_t skip_until = 0;  // plane pick count at which SKIP ends
+  Nanos probe_at = kNever;  // next probe, for ASSUMED_BAD EVs
+  Nanos probe_backoff = 0;
+  uint64_t drops = 0;  // losses since the last GOOD<->ASSUMED_BAD event
+  Counters<EvCtr> ctr;
+};
+
+// A WRITE_IMM that arrived ahead of earlier PSNs, held until all of them have.
+struct ImmStash {
+  uint32_t psn = 0;
+  uint32_t imm = 0;
+  uint32_t len = 0;
+  bool used = false;
+};
+
+struct Qp {
+  uint32_t qpn = 0;
+  uint32_t pd = 0;
+  bool in_use = false;
+  bool on_active_list = false;
+  QpState state = QpState::reset;
+  QpCaps caps;
+  QpAttr attr;
+  Counters<QpCtr> ctr;
+
+  // Requester.
+  std::vector<SqEntry> sq;
+  uint32_t sq_mask = 0;
+  uint32_t sq_head = 0;  // oldest WQE not yet completed
+  uint32_t sq_send = 0;  // next WQE with packets to send for the first time
+  uint32_t sq_tail = 0;  // next free slot
+  std::vector<TxPkt> win;
+  uint32_t win_mask = 0;
+  uint32_t window_psns = 0;  // MPR in PSNs
+  uint32_t snd_una = 0;
+  uint32_t snd_nxt = 0;
+  uint32_t psn_tail = 0;  // next PSN a posted WQE will get
+  Nanos srtt = 0;
+  std::vector<uint32_t> rtx;  // PSNs to resend, FIFO
+  uint32_t rtx_head = 0, rtx_tail = 0;
+  uint64_t inflight_bytes = 0;
+  Nanos rto_base = 0;
+  Nanos rto_deadline = kNever;
+  uint32_t retries = 0;
+  Nanos rack_sent_at = 0;  // latest send time among acknowledged packets
+  uint16_t next_msn = 0;
+  uint16_t next_rq_msn = 0;
+  uint32_t wimm_inflight = 0;
+  std::unique_ptr<CongestionControl> cc;
+  std::vector<wire::FrameTemplate> tmpl;  // [plane * 2 + with_imm]
+
+  // EVs.
+  std::vector<Ev> evs;
+  std::array<std::vector<uint16_t>, kMaxPlanes> active{};   // spray set per plane
+  std::array<std::vector<uint16_t>, kMaxPlanes> backups{};  // GOOD spares per plane
+  std::array<uint32_t, kMaxPlanes> plane_picks{};
+  std::array<uint32_t, kMaxPlanes> plane_inflight{};
+  uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down
+  uint32_t active_good = 0;       // EVs in GOOD or SKIP
+  Nanos next_probe_at = kNever;
+  uint32_t rocev2_sport = 0;
+  uint8_t rocev2_plane = 0;
+
+  // Responder.
+  uint32_t rcv_cack = 0;  // last PSN received in order
+  uint32_t rcv_window = 0;
+  std::vector<uint64_t> rcv_bits;  // bit (psn & mask): received beyond cack
+  uint32_t rcv_bits_mask = 0;
+  std::vector<ImmStash> stash;
+  uint32_t stash_used = 0;
+  std::vector<RecvWr> rq;
+  uint32_t rq_mask = 0;
+  uint32_t rq_head = 0, rq_tail = 0;
+  uint64_t rcvd_bytes = 0;
+  uint32_t ooo_count = 0;
+  uint32_t unacked_pkts = 0;
+  Nanos ack_deadline = kNever;
+  bool ack_now = false;
+  uint32_t ack_trigger_psn = 0;
+  uint32_t ack_trigger_ev = 0;
+  uint8_t ack_trigger_plane = 0;
+  uint16_t ack_trigger_ts = 0;
+  bool ack_trigger_ecn = false;
+  // RoCEv2 responder: the message being placed in order.
+  const Mr* rc_mr = nullptr;
+  uint64_t rc_va = 0;
+  uint32_t rc_remaining = 0;
+  uint32_t rc_msg_len = 0;
+  uint32_t rc_msn = 0;
+  bool rc_nak_sent = false;
+  Nanos last_cnp_at = 0;
+  bool cnp_sent = false;
+};
+
+// The congestion window admits a packet of `len` bytes; an empty pipe always
+// admits one, so a window below one packet cannot stall the QP.
+inline bool window_open(const Qp& qp, uint32_t len) {
+  return qp.inflight_bytes == 0 || qp.inflight_bytes + len <= qp.cc->window_bytes();
+}
+
+struct Engine::Impl {
+  Impl(const EngineConfig& c, Env& e);
+
+  EngineConfig cfg;
+  Env& env;
+  std::mt19937_64 rng;
+  Counters<DevCtr> ctr;
+  std::vector<Mr> mrs;
+  std::vector<Qp> qps;  // index = qpn - kFirstQpn
+  std::vector<uint32_t> active_qps;
+  std::array<bool, kMaxPlanes> plane_up{};
+  uint32_t planes_down_mask = 0;
+  Nanos last_now = 0;                          // the latest time the engine was called with
+  static constexpr uint32_t kFirstQpn = 0x10;  // below: reserved (QPN 2 is the endpoint QP)
+
+  // engine.cc
+  void init_qp(Qp& qp, uint32_t pd, const QpCaps& caps);
+  Qp* find_qp(uint32_t qpn);
+  const Mr* find_lkey(uint32_t lkey, uint32_t pd) const;
+  const Mr* find_rkey(uint32_t rkey, uint32_t pd) const;
+  void activate(Qp& qp);
+  void enter_error(Qp& qp, WcStatus cause, Nanos now);
+  void complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, uint32_t len, uint32_t imm, bool has_imm);
+  bool is_local_ip(const wire::IpAddr& ip, uint32_t plane) const;
+  void on_endpoint(uint32_t plane, const wire::Packet& p, Nanos now);
+  // Builds a control frame to the QP's peer on `plane` and sends it.
+  template <class Fill>
+  bool send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev, uint32_t psn, Fill&& fill);
+  void poll_qp(Qp& qp, Nanos now);
+  Nanos qp_deadline(const Qp& qp) const;
+  bool qp_wants_tx(const Qp& qp) const;
+
+  // requester.cc
+  int post_send(Qp& qp, const SendWr& wr, Nanos now);
+  void transmit(Qp& qp, Nanos now, uint32_t budget);
+  bool send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now);
+  void on_sack(Qp& qp, const wire::Packet& p, Nanos now);
+  void on_nack(Qp& qp, const wire::Packet& p, Nanos now);
+  void on_aeth(Qp& qp, const wire::Packet& p, Nanos now);
+  void on_cnp(Qp& qp, Nanos now);
+  void ack_through(Qp& qp, uint32_t cack, Nanos now, AckSample& s);
+  void ack_one(Qp& qp, uint32_t psn, AckSample& s);
+  void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
+  void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now);
+  void advance_una(Qp& qp, Nanos now, bool progress);
+  void complete_acked_wqes(Qp& qp, Nanos now);
+  void on_rto(Qp& qp, Nanos now);
+  void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
+  Nanos rto_for(const Qp& qp) const;
+  void flush(Qp& qp, WcStatus cause, Nanos now);
+
+  // responder.cc
+  void on_data(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
+  void on_data_rocev2(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
+  void on_probe(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
+  void send_sack(Qp& qp, Nanos now, bool probe_reply, uint16_t probe_id);
+  void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
+  void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);
+  void deliver_imms(Qp& qp);
+  void schedule_ack(Qp& qp, bool immediate, Nanos now);
+
+  // spray.cc
+  void build_evs(Qp& qp);
+  int pick_ev(Qp& qp, int avoid_ev);
+  void ev_lost(Qp& qp, uint16_t ev, Nanos now);
+  void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
+  void ev_skip(Qp& qp, uint16_t ev);
+  void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);
+  void send_probes(Qp& qp, Nanos now);
+  bool plane_usable(const Qp& qp, uint32_t plane) const;
+};
+
+template <class Fill>
+bool Engine::Impl::send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev, uint32_t psn, Fill&& fill) {
+  constexpr uint32_t kCtrlFrameMax = 160;
+  std::span<uint8_t> out = env.tx_buffer(plane, kCtrlFrameMax);
+  if (out.size() < kCtrlFrameMax) {
+    qp.ctr.inc(QpCtr::tx_drop_no_buffer);
+    ctr.inc(DevCtr::tx_drop_no_buffer);
+    return false;
+  }
+  wire::Addressing a;
+  a.src_mac = cfg.planes[plane].mac;
+  a.dst_mac = qp.attr.remote[plane].mac;
+  a.src_ip = cfg.planes[plane].ip;
+  a.dst_ip = qp.attr.remote[plane].ip;
+  a.dscp = cfg.dscp_control;
+  wire::ev_encode(qp.attr.ev.format, ev, a);
+  wire::MutablePacket m = wire::begin_frame(out, a, opcode, false, 0);
+  if (!m.base) return false;
+  m.bth().set_dest_qp(qp.attr.dest_qpn);
+  m.bth().set_psn(psn);
+  fill(m);
+  wire::finish_frame(m);
+  env.tx_send(plane, m.at.size);
+  return true;
+}
+
+}  // namespace mrc::engine

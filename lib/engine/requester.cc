@@ -1,0 +1,475 @@
+// Requester: segments WRITEs into MTU packets with a RETH on each (MRC),
+// keeps the MPR and congestion windows, sprays packets over EVs, and
+// retransmits selectively on SACK holes, NACKs and timeouts. In RoCEv2 mode
+// the same code runs go-back-N on a single EV.
+#include <algorithm>
+#include <cstring>
+
+#include "engine/engine_impl.h"
+#include "wire/psn.h"
+
+namespace mrc::engine {
+
+using namespace wire;
+
+namespace {
+
+uint8_t data_opcode(bool mrc, bool first, bool last, bool imm) {
+  if (mrc) {
+    if (first && last) return uint8_t(imm ? Opcode::mrc_write_only_imm : Opcode::mrc_write_only);
+    if (first) return uint8_t(Opcode::mrc_write_first);
+    if (last) return uint8_t(imm ? Opcode::mrc_write_last_imm : Opcode::mrc_write_last);
+    return uint8_t(Opcode::mrc_write_middle);
+  }
+  if (first && last) return uint8_t(imm ? Opcode::rc_write_only_imm : Opcode::rc_write_only);
+  if (first) return uint8_t(Opcode::rc_write_first);
+  if (last) return uint8_t(imm ? Opcode::rc_write_last_imm : Opcode::rc_write_last);
+  return uint8_t(Opcode::rc_write_middle);
+}
+
+constexpr uint32_t kMaxMessageBytes = 1u << 31;
+
+bool in_flight_range(const Qp& qp, uint32_t psn) { return psn_in_window(psn, qp.snd_una, qp.snd_nxt - qp.snd_una); }
+
+}  // namespace
+
+int Engine::Impl::post_send(Qp& qp, const SendWr& wr, Nanos now) {
+  if (qp.sq_tail - qp.sq_head > qp.sq_mask) {
+    qp.ctr.inc(QpCtr::wqe_sq_full);
+    return ENOMEM;
+  }
+  SqEntry e;
+  e.wr = wr;
+  // A WR we cannot execute is queued like any other and completes with its
+  // error once every earlier WR has completed, so completions stay in order.
+  if (wr.opcode != WrOpcode::rdma_write && wr.opcode != WrOpcode::rdma_write_with_imm) {
+    qp.ctr.inc(QpCtr::wqe_bad_opcode);
+    e.error = WcStatus::loc_qp_op_err;
+  } else if (wr.length > kMaxMessageBytes) {
+    qp.ctr.inc(QpCtr::wqe_bad_length);
+    e.error = WcStatus::loc_len_err;
+  } else if (wr.length > 0) {
+    const Mr* mr = find_lkey(wr.lkey, qp.pd);
+    if (!mr) {
+      qp.ctr.inc(QpCtr::wqe_bad_lkey);
+      e.error = WcStatus::loc_prot_err;
+    } else if (wr.local_addr < mr->iova || wr.local_addr - mr->iova > mr->length ||
+               wr.length > mr->length - (wr.local_addr - mr->iova)) {
+      qp.ctr.inc(QpCtr::wqe_bad_length);
+      e.error = WcStatus::loc_prot_err;
+    } else {
+      e.src = mr->ptr + (wr.local_addr - mr->iova);
+    }
+  }
+  if (e.error == WcStatus::success) {
+    e.npkts = wr.length == 0 ? 1 : (wr.length + qp.attr.pmtu - 1) / qp.attr.pmtu;
+    e.first_psn = qp.psn_tail;
+    qp.psn_tail = psn_add(qp.psn_tail, e.npkts);
+    e.msn = qp.next_msn++;
+  }
+  qp.sq[qp.sq_tail++ & qp.sq_mask] = e;
+  activate(qp);
+  if (e.error != WcStatus::success) complete_acked_wqes(qp, now);
+  transmit(qp, now, 64);
+  return 0;
+}
+
+Nanos Engine::Impl::rto_for(const Qp& qp) const {
+  // Linear retries keep the base timeout; exponential ones double it.
+  const uint32_t extra = qp.retries > qp.attr.retry_linear ? qp.retries - qp.attr.retry_linear : 0;
+  return qp.rto_base << std::min<uint32_t>(extra, 24);
+}
+
+void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
+  if (qp.state != QpState::rts) return;
+  while (budget--) {
+    if (qp.cc->next_send_time() > now) return;
+    if (qp.rtx_head != qp.rtx_tail) {
+      const uint32_t psn = qp.rtx[qp.rtx_head & qp.win_mask];
+      TxPkt& t = qp.win[psn & qp.win_mask];
+      if (!in_flight_range(qp, psn) || (t.flags & kPktAcked) || !(t.flags & kPktQueued)) {
+        if (in_flight_range(qp, psn)) t.flags &= ~kPktQueued;
+        ++qp.rtx_head;
+        continue;
+      }
+      if (!window_open(qp, t.len) || !send_data(qp, psn, true, now)) return;
+      ++qp.rtx_head;
+      continue;
+    }
+    if (qp.sq_send == qp.sq_tail) return;
+    SqEntry& e = qp.sq[qp.sq_send & qp.sq_mask];
+    if (e.error != WcStatus::success) return;  // waits for complete_acked_wqes
+    if (psn_diff(qp.snd_nxt, qp.snd_una) >= int32_t(qp.window_psns)) return;
+    const uint32_t offset = e.sent_pkts * qp.attr.pmtu;
+    const uint32_t len = std::min(qp.attr.pmtu, e.wr.length - std::min(e.wr.length, offset));
+    if (!window_open(qp, len)) return;
+    const bool imm = e.wr.opcode == WrOpcode::rdma_write_with_imm;
+    if (imm && e.sent_pkts == 0 && qp.wimm_inflight >= qp.attr.max_wimm) return;
+    TxPkt& t = qp.win[qp.snd_nxt & qp.win_mask];
+    t = TxPkt{};
+    t.sq_index = qp.sq_send;
+    t.offset = offset;
+    t.len = len;
+    if (!send_data(qp, qp.snd_nxt, false, now)) return;
+    if (imm && e.sent_pkts == 0) ++qp.wimm_inflight;
+    if (qp.snd_una == qp.snd_nxt) qp.rto_deadline = now + rto_for(qp);
+    qp.snd_nxt = psn_add(qp.snd_nxt, 1);
+    if (++e.sent_pkts == e.npkts) ++qp.sq_send;
+  }
+}
+
+bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
+  TxPkt& t = qp.win[psn & qp.win_mask];
+  const SqEntry& e = qp.sq[t.sq_index & qp.sq_mask];
+  const int ev = pick_ev(qp, retransmit ? t.ev : -1);
+  if (ev < 0) {
+    qp.ctr.inc(QpCtr::tx_blocked_no_room);
+    return false;
+  }
+  const bool mrc = cfg.transport == Transport::mrc;
+  const uint32_t plane = qp.evs[ev].plane;
+  const bool first = t.offset == 0;
+  const bool last = t.offset + t.len >= e.wr.length;
+  const bool imm = last && e.wr.opcode == WrOpcode::rdma_write_with_imm;
+  const uint8_t opcode = data_opcode(mrc, first, last, imm);
+  const FrameTemplate& tp = qp.tmpl[plane * 2 + imm];
+  const bool rc_has_reth = !mrc && first;
+  const uint32_t need = tp.layout().payload + kRethLen + t.len + 8;
+  std::span<uint8_t> buf = env.tx_buffer(plane, need);
+  if (buf.size() < need) {
+    qp.ctr.inc(QpCtr::tx_drop_no_buffer);
+    ctr.inc(DevCtr::tx_drop_no_buffer);
+    return false;
+  }
+  MutablePacket m;
+  if (rc_has_reth) {  // RoCEv2 FIRST/ONLY carry a RETH the template lacks
+    Addressing a;
+    a.src_mac = cfg.planes[plane].mac;
+    a.dst_mac = qp.attr.remote[plane].mac;
+    a.src_ip = cfg.planes[plane].ip;
+    a.dst_ip = qp.attr.remote[plane].ip;
+    a.dscp = cfg.dscp_data;
+    m = begin_frame(buf, a, opcode, false, t.len);
+  } else {
+    m = tp.stamp(buf, t.len);
+    m.bth().set_opcode(opcode);
+  }
+  if (!m.base) return false;
+  BthRef bth = m.bth();
+  bth.set_dest_qp(qp.attr.dest_qpn);
+  bth.set_psn(psn);
+  bth.set_ack_req(last);
+  if (mrc) {
+    bth.set_rtx(retransmit);
+    m.meth().set_msn(e.msn);
+    m.meth().set_rq_msn(qp.next_rq_msn);
+  }
+  if (m.at.reth) {
+    m.reth().set_va(e.wr.remote_addr + (mrc ? t.offset : 0));
+    m.reth().set_rkey(e.wr.rkey);
+    m.reth().set_dma_len(e.wr.length);
+  }
+  if (m.at.imm) m.imm().set_imm(e.wr.imm);
+  // The EV: UDP source port (and for STEV the flow label). The template
+  // already holds the rest of the addressing.
+  const uint32_t ev_value = qp.evs[ev].value;
+  if (qp.attr.ev.format == EvFormat::stev && m.at.ip_version == 6) {
+    m.udp().set_src_port((ev_value >> kStevSportShift) & kStevSportMask);
+    Ipv6Ref ip(m.base + m.at.l3);
+    ip.set_flow_label((ip.flow_label() & ~(kStevFlowLabelMask << kStevFlowLabelShift)) |
+                      ((ev_value & kStevFlowLabelMask) << kStevFlowLabelShift));
+  } else {
+    m.udp().set_src_port(ev_value & kUdpEvMask);
+  }
+  if (t.len) std::memcpy(m.payload().data(), e.src + t.offset, t.len);
+  finish_frame(m);
+  env.tx_send(plane, m.at.size);
+
+  t.sent_at = now;
+  t.ev = static_cast<uint16_t>(ev);
+  ++t.tx_count;
+  t.flags = static_cast<uint8_t>((t.flags & ~kPktQueued) | kPktInFlight);
+  qp.inflight_bytes += t.len;
+  ++qp.plane_inflight[plane];
+  Ev& evr = qp.evs[ev];
+  if (retransmit) {
+    evr.ctr.inc(EvCtr::rtx_pkts);
+    qp.ctr.inc(QpCtr::tx_retransmits);
+  } else {
+    evr.ctr.inc(EvCtr::tx_pkts);
+    qp.ctr.inc(QpCtr::tx_data_pkts);
+    qp.ctr.inc(QpCtr::tx_data_bytes, t.len);
+  }
+  qp.cc->on_send(t.len, now);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Acknowledgements
+
+void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
+  TxPkt& t = qp.win[psn & qp.win_mask];
+  if (t.flags & kPktAcked) return;
+  if (t.flags & kPktInFlight) {
+    qp.inflight_bytes -= t.len;
+    --qp.plane_inflight[qp.evs[t.ev].plane];
+  }
+  t.flags = static_cast<uint8_t>((t.flags | kPktAcked) & ~kPktInFlight);
+  s.bytes_acked += t.len;
+  qp.rack_sent_at = std::max(qp.rack_sent_at, t.sent_at);
+}
+
+void Engine::Impl::ack_through(Qp& qp, uint32_t cack, Nanos now, AckSample& s) {
+  for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, cack); psn = psn_add(psn, 1))
+    ack_one(qp, psn, s);
+  (void)now;
+}
+
+void Engine::Impl::advance_una(Qp& qp, Nanos now, bool progress) {
+  const uint32_t before = qp.snd_una;
+  while (qp.snd_una != qp.snd_nxt && (qp.win[qp.snd_una & qp.win_mask].flags & kPktAcked))
+    qp.snd_una = psn_add(qp.snd_una, 1);
+  if (qp.snd_una != before || progress) {
+    qp.retries = 0;
+    qp.rto_deadline = qp.snd_una == qp.snd_nxt ? kNever : now + rto_for(qp);
+  }
+  complete_acked_wqes(qp, now);
+}
+
+void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now) {
+  TxPkt& t = qp.win[psn & qp.win_mask];
+  if ((t.flags & kPktAcked) || (t.flags & kPktQueued)) return;
+  if (t.flags & kPktInFlight) {
+    qp.inflight_bytes -= t.len;
+    --qp.plane_inflight[qp.evs[t.ev].plane];
+  }
+  t.flags = static_cast<uint8_t>((t.flags & ~kPktInFlight) | kPktQueued);
+  qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
+  qp.ctr.inc(why);
+  if (path_failed) ev_lost(qp, t.ev, now);
+}
+
+// RACK: a packet is lost once a packet sent more than a reorder window after
+// it has been acknowledged. Spraying reorders by design, so a hole alone
+// proves nothing; timing does.
+void Engine::Impl::detect_losses(Qp& qp, uint32_t upto_psn, Nanos now) {
+  const Nanos reo = std::max(cfg.reorder_window, qp.srtt / 4);
+  if (qp.rack_sent_at < reo) return;
+  const Nanos before = qp.rack_sent_at - reo;
+  for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, upto_psn); psn = psn_add(psn, 1)) {
+    const TxPkt& t = qp.win[psn & qp.win_mask];
+    if ((t.flags & kPktInFlight) && t.sent_at < before) mark_lost(qp, psn, QpCtr::rtx_sack, true, now);
+  }
+}
+
+void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
+  qp.ctr.inc(QpCtr::rx_acks);
+  const SethView s = p.seth();
+  const uint32_t cack = s.cack_psn();
+  const SkipMark mark = static_cast<SkipMark>(s.skip_mark());
+  if (s.probe_reply()) {
+    const uint16_t ev = s.ack_psn_offset();  // carries the probe id
+    if (ev < qp.evs.size()) ev_probe_reply(qp, ev, mark == SkipMark::none, now);
+  }
+  // cack may trail snd_una (an old SACK) but must not name unsent PSNs.
+  if (psn_ge(cack, qp.snd_nxt) && qp.snd_una != qp.snd_nxt) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
+  if (qp.snd_una == qp.snd_nxt) return;
+
+  AckSample smp;
+  if (!s.probe_reply()) {
+    const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
+    if (in_flight_range(qp, trigger)) {
+      const TxPkt& t = qp.win[trigger & qp.win_mask];
+      Ev& ev = qp.evs[t.ev];
+      ev.ctr.inc(EvCtr::acks);
+      if (!(t.flags & kPktAcked) && t.tx_count == 1) {  // Karn: no samples from retransmissions
+        smp.rtt_ns = now - t.sent_at;
+        qp.srtt = qp.srtt ? (qp.srtt * 7 + smp.rtt_ns) / 8 : smp.rtt_ns;
+      }
+      if (mark != SkipMark::none) {
+        ev.ctr.inc(EvCtr::ecn_marks);
+        smp.ecn = true;
+        if (mark == SkipMark::always_skip)
+          ev_mark(qp, t.ev, EvState::assumed_bad, now, false);
+        else
+          ev_skip(qp, t.ev);
+      }
+    }
+  }
+  ack_through(qp, cack, now, smp);
+  uint32_t high = cack;
+  const uint32_t base = psn_add(cack, static_cast<int16_t>(s.sack_offset()));
+  for (uint64_t bits = s.sack_bitmap(); bits; bits &= bits - 1) {
+    const uint32_t psn = psn_add(base, std::countr_zero(bits));
+    if (!in_flight_range(qp, psn)) continue;
+    ack_one(qp, psn, smp);
+    if (psn_gt(psn, high)) high = psn;
+  }
+  detect_losses(qp, high, now);
+  advance_una(qp, now, false);
+  smp.inflight_bytes = qp.inflight_bytes;
+  if (smp.bytes_acked || smp.ecn) qp.cc->on_ack(smp, now);
+}
+
+void Engine::Impl::on_nack(Qp& qp, const Packet& p, Nanos now) {
+  qp.ctr.inc(QpCtr::rx_nacks);
+  const NethView n = p.neth();
+  const uint32_t psn = n.nack_psn();
+  if (!in_flight_range(qp, psn)) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
+  const TxPkt& t = qp.win[psn & qp.win_mask];
+  switch (static_cast<NackReason>(n.nack_reason())) {
+    case NackReason::trimmed:
+    case NackReason::trimmed_lasthop:
+      qp.evs[t.ev].ctr.inc(EvCtr::trims);
+      // A trim is congestion, not failure: skip the EV for a rotation (a
+      // last-hop trim says nothing about the path) and resend at once.
+      if (n.nack_reason() == uint8_t(NackReason::trimmed)) ev_skip(qp, t.ev);
+      qp.cc->on_nack(true, t.len, now);
+      mark_lost(qp, psn, QpCtr::rtx_nack, false, now);
+      break;
+    case NackReason::unexp_event: enter_error(qp, WcStatus::rem_op_err, now); return;
+    default:  // out of window or out of resources: resend later
+      qp.cc->on_nack(false, t.len, now);
+      mark_lost(qp, psn, QpCtr::rtx_nack, false, now);
+      break;
+  }
+  transmit(qp, now, 64);
+}
+
+// AETH: the RoCEv2 ACK/NAK, also MRC's plain ACK opcode and its carrier for
+// fatal NAKs (remote access or operation errors).
+void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
+  qp.ctr.inc(QpCtr::rx_acks);
+  const uint8_t syn = p.aeth().syndrome();
+  const uint32_t psn = p.bth().psn();
+  AckSample smp;
+  if ((syn & kAethTypeMask) == 0) {  // ACK through psn
+    if (!in_flight_range(qp, psn)) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
+    const TxPkt& t = qp.win[psn & qp.win_mask];
+    if (!(t.flags & kPktAcked) && t.tx_count == 1) smp.rtt_ns = now - t.sent_at;
+    ack_through(qp, psn, now, smp);
+    advance_una(qp, now, false);
+    smp.inflight_bytes = qp.inflight_bytes;
+    if (smp.bytes_acked) qp.cc->on_ack(smp, now);
+    return;
+  }
+  if ((syn & kAethTypeMask) != kAethTypeNak) return;  // RNR NAK: MRC has no RNR
+  // A NAK acknowledges every PSN before the one it names.
+  if (!in_flight_range(qp, psn) && psn != qp.snd_nxt) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
+  ack_through(qp, psn_add(psn, -1), now, smp);
+  advance_una(qp, now, smp.bytes_acked != 0);
+  switch (syn) {
+    case kAethNakPsnSeqErr:
+      go_back_n(qp, psn, QpCtr::rtx_go_back_n);
+      transmit(qp, now, 64);
+      return;
+    case kAethNakInvalidReq: qp.ctr.inc(QpCtr::remote_errors); return enter_error(qp, WcStatus::rem_inv_req_err, now);
+    case kAethNakRemoteAccess: qp.ctr.inc(QpCtr::remote_errors); return enter_error(qp, WcStatus::rem_access_err, now);
+    default: qp.ctr.inc(QpCtr::remote_errors); return enter_error(qp, WcStatus::rem_op_err, now);
+  }
+}
+
+void Engine::Impl::on_cnp(Qp& qp, Nanos now) {
+  qp.ctr.inc(QpCtr::rx_cnps);
+  qp.cc->on_cnp(now);
+}
+
+// Go-back-N: everything from `from` on is resent, in order.
+void Engine::Impl::go_back_n(Qp& qp, uint32_t from, QpCtr why) {
+  for (uint32_t i = qp.rtx_head; i != qp.rtx_tail; ++i) {
+    const uint32_t psn = qp.rtx[i & qp.win_mask];
+    if (in_flight_range(qp, psn)) qp.win[psn & qp.win_mask].flags &= ~kPktQueued;
+  }
+  qp.rtx_head = qp.rtx_tail = 0;
+  for (uint32_t psn = from; in_flight_range(qp, psn); psn = psn_add(psn, 1)) {
+    TxPkt& t = qp.win[psn & qp.win_mask];
+    if (t.flags & kPktAcked) continue;
+    if (t.flags & kPktInFlight) {
+      qp.inflight_bytes -= t.len;
+      --qp.plane_inflight[qp.evs[t.ev].plane];
+    }
+    t.flags = static_cast<uint8_t>((t.flags & ~kPktInFlight) | kPktQueued);
+    qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
+    qp.ctr.inc(why);
+  }
+}
+
+void Engine::Impl::on_rto(Qp& qp, Nanos now) {
+  qp.ctr.inc(QpCtr::rto_fired);
+  ++qp.retries;
+  const bool infinite = qp.attr.retry_exp >= 25;
+  if (!infinite && qp.retries > uint32_t(qp.attr.retry_linear) + qp.attr.retry_exp) {
+    qp.ctr.inc(QpCtr::retry_exceeded);
+    return enter_error(qp, WcStatus::retry_exc_err, now);
+  }
+  qp.cc->on_timeout(now);
+  if (cfg.transport == Transport::rocev2) {
+    go_back_n(qp, qp.snd_una, QpCtr::rtx_rto);
+  } else {
+    // Silence: every packet outstanding for a whole timeout is lost, and
+    // so is the path it took.
+    const Nanos rto = rto_for(qp);
+    bool any = false;
+    for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn); psn = psn_add(psn, 1)) {
+      const TxPkt& t = qp.win[psn & qp.win_mask];
+      if ((t.flags & kPktInFlight) && now - t.sent_at >= rto / 2) {
+        mark_lost(qp, psn, QpCtr::rtx_rto, true, now);
+        any = true;
+      }
+    }
+    if (!any) mark_lost(qp, qp.snd_una, QpCtr::rtx_rto, false, now);
+  }
+  qp.rto_deadline = now + rto_for(qp);
+  transmit(qp, now, 64);
+}
+
+// ---------------------------------------------------------------------------
+// Completions
+
+void Engine::Impl::complete_acked_wqes(Qp& qp, Nanos now) {
+  while (qp.sq_head != qp.sq_tail) {
+    SqEntry& e = qp.sq[qp.sq_head & qp.sq_mask];
+    if (e.error != WcStatus::success) {
+      // Every earlier WR has completed: now this one fails, and the QP with it.
+      return enter_error(qp, e.error, now);
+    }
+    if (qp.sq_head == qp.sq_send) return;  // not fully sent
+    const uint32_t last = psn_add(e.first_psn, e.npkts - 1);
+    if (!psn_lt(last, qp.snd_una)) return;
+    if (e.wr.opcode == WrOpcode::rdma_write_with_imm) {
+      --qp.wimm_inflight;
+      ++qp.next_rq_msn;
+    }
+    if (e.wr.signaled) complete(qp, e.wr.wr_id, WcStatus::success, WcOpcode::rdma_write, e.wr.length, 0, false);
+    ++qp.sq_head;
+  }
+}
+
+// On entering ERROR every outstanding WR completes: the oldest with the
+// cause, the rest flushed, as verbs does.
+void Engine::Impl::flush(Qp& qp, WcStatus cause, Nanos now) {
+  bool first = true;
+  while (qp.sq_head != qp.sq_tail) {
+    SqEntry& e = qp.sq[qp.sq_head++ & qp.sq_mask];
+    WcStatus st = e.error != WcStatus::success ? e.error : first ? cause : WcStatus::wr_flush_err;
+    complete(qp, e.wr.wr_id, st, WcOpcode::rdma_write, 0, 0, false);
+    first = false;
+  }
+  qp.sq_send = qp.sq_tail;
+  while (qp.rq_head != qp.rq_tail) {
+    const RecvWr& r = qp.rq[qp.rq_head++ & qp.rq_mask];
+    complete(qp, r.wr_id, WcStatus::wr_flush_err, WcOpcode::recv_rdma_with_imm, 0, 0, false);
+  }
+  qp.snd_una = qp.snd_nxt;
+  qp.rtx_head = qp.rtx_tail = 0;
+  qp.inflight_bytes = 0;
+  qp.plane_inflight.fill(0);
+  qp.wimm_inflight = 0;
+  qp.unacked_pkts = 0;
+  qp.ack_now = false;
+  qp.rto_deadline = kNever;
+  qp.next_probe_at = kNever;
+  (void)now;
+}
+
+}  // namespace mrc::engine

@@ -1,0 +1,205 @@
+// Per-packet EV choice and EV health: GOOD, SKIP (one rotation), ASSUMED_BAD
+// (probed until it answers) and DENIED (controller only). Failed EVs are
+// replaced from the same plane's backups so plane load stays equal.
+#include <algorithm>
+
+#include "engine/engine_impl.h"
+
+namespace mrc::engine {
+
+using namespace wire;
+
+// The EV table of a QP. Without a configured profile an MRC QP gets 16 UDP
+// EVs per plane from 0xC000 up; a RoCEv2 QP gets one source port and one
+// plane, as a RoCEv2 NIC binds a QP to one port.
+void Engine::Impl::build_evs(Qp& qp) {
+  qp.evs.clear();
+  for (auto& v : qp.active) v.clear();
+  for (auto& v : qp.backups) v.clear();
+  qp.active_good = 0;
+  qp.next_probe_at = kNever;
+  const uint32_t planes = cfg.num_planes;
+  std::vector<EvEntry> entries = qp.attr.ev.evs;
+  if (cfg.transport == Transport::rocev2) {
+    const uint32_t sport = entries.empty() ? 0xC000 | (qp.qpn & 0x3FFF) : entries[0].value;
+    const uint8_t plane = entries.empty() ? static_cast<uint8_t>(qp.qpn % planes) : entries[0].plane;
+    entries = {EvEntry{sport, plane}};
+    qp.rocev2_sport = sport;
+    qp.rocev2_plane = plane;
+  } else if (entries.empty()) {
+    for (uint32_t i = 0; i < 16 * planes; ++i) entries.push_back(EvEntry{0xC000 + i, static_cast<uint8_t>(i % planes)});
+  }
+  const uint32_t per_plane = qp.attr.ev.active_per_plane;
+  std::array<uint32_t, kMaxPlanes> seen{};
+  for (const EvEntry& e : entries) {
+    Ev ev;
+    ev.value = e.value;
+    ev.plane = e.plane;
+    const uint16_t idx = static_cast<uint16_t>(qp.evs.size());
+    ev.active = per_plane == 0 || seen[e.plane]++ < per_plane;
+    (ev.active ? qp.active[e.plane] : qp.backups[e.plane]).push_back(idx);
+    qp.active_good += ev.active;
+    qp.evs.push_back(ev);
+  }
+}
+
+bool Engine::Impl::plane_usable(const Qp& qp, uint32_t plane) const {
+  return plane_up[plane] && !((qp.peer_planes_down >> plane) & 1) && !qp.active[plane].empty();
+}
+
+// A plane with TX room and the fewest packets in flight, then a
+// pseudo-random EV of its spray set that is not skipping. Choosing at send
+// time, not enqueue time, keeps packets off planes that cannot take them.
+int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
+  if (cfg.transport == Transport::rocev2) {
+    const uint32_t p = qp.rocev2_plane;
+    return plane_up[p] && env.tx_room(p) ? 0 : -1;
+  }
+  const uint32_t planes = cfg.num_planes;
+  const uint32_t start = static_cast<uint32_t>(rng() % planes);
+  int best = -1;
+  for (uint32_t k = 0; k < planes; ++k) {
+    const uint32_t p = (start + k) % planes;
+    if (!plane_usable(qp, p) || env.tx_room(p) == 0) continue;
+    if (best < 0 || qp.plane_inflight[p] < qp.plane_inflight[best]) best = static_cast<int>(p);
+  }
+  if (best < 0) return -1;
+  auto& set = qp.active[best];
+  const uint32_t picks = ++qp.plane_picks[best];
+  const uint32_t n = static_cast<uint32_t>(set.size());
+  uint32_t i = static_cast<uint32_t>(rng() % n);
+  int fallback = -1;
+  for (uint32_t k = 0; k < n; ++k, i = (i + 1) % n) {
+    Ev& ev = qp.evs[set[i]];
+    if (ev.state == EvState::skip) {
+      if (picks < ev.skip_until) {
+        if (fallback < 0) fallback = set[i];
+        continue;
+      }
+      ev.state = EvState::good;  // one rotation has passed
+    }
+    if (set[i] == avoid_ev && n > 1) {
+      fallback = set[i];
+      continue;
+    }
+    return set[i];
+  }
+  return fallback;  // every EV of the plane is skipping: use one anyway
+}
+
+void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
+  Ev& ev = qp.evs[idx];
+  if (ev.state != EvState::good) return;
+  ev.state = EvState::skip;
+  const uint32_t rotation = cfg.skip_picks ? cfg.skip_picks : static_cast<uint32_t>(qp.active[ev.plane].size());
+  ev.skip_until = qp.plane_picks[ev.plane] + rotation;
+  ev.ctr.inc(EvCtr::state_changes);
+}
+
+// A packet sent on this EV was lost without a trim: MRC takes silence as a
+// path failure and stops using the EV at once.
+void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos now) {
+  Ev& ev = qp.evs[idx];
+  ev.ctr.inc(EvCtr::losses);
+  ++ev.drops;
+  if (cfg.transport == Transport::mrc) ev_mark(qp, idx, EvState::assumed_bad, now, false);
+}
+
+void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool force) {
+  Ev& ev = qp.evs[idx];
+  const EvState from = ev.state;
+  if (from == to || (from == EvState::denied && to == EvState::assumed_bad)) return;
+  const bool leaving_service = to == EvState::assumed_bad || to == EvState::denied;
+  auto& set = qp.active[ev.plane];
+  auto& spare = qp.backups[ev.plane];
+  if (leaving_service && ev.active) {
+    // A backup of the same plane takes its place; without one the QP loses
+    // an active EV, which ev_min_active bounds unless the cause is certain.
+    if (spare.empty() && !force && qp.active_good <= qp.attr.ev.ev_min_active) {
+      qp.ctr.inc(QpCtr::ev_min_active_kept);
+      return;
+    }
+    std::erase(set, idx);
+    ev.active = false;
+    if (!spare.empty()) {
+      const uint16_t b = spare.front();
+      spare.erase(spare.begin());
+      qp.evs[b].active = true;
+      set.push_back(b);
+    } else {
+      --qp.active_good;
+    }
+  } else if (leaving_service) {
+    std::erase(spare, idx);
+  }
+  ev.state = to;
+  ev.ctr.inc(EvCtr::state_changes);
+  if (to == EvState::assumed_bad) {
+    qp.ctr.inc(QpCtr::ev_marked_bad);
+    ev.probe_backoff = cfg.probe_interval;
+    ev.probe_at = now + ev.probe_backoff;
+    qp.next_probe_at = std::min(qp.next_probe_at, ev.probe_at);
+    activate(qp);
+  } else {
+    ev.probe_at = kNever;
+  }
+  if (to == EvState::good && !ev.active) {
+    // Back in service: refill the plane's spray set first, else keep as a spare.
+    const uint32_t target = qp.attr.ev.active_per_plane;
+    if (target == 0 || set.size() < target) {
+      ev.active = true;
+      set.push_back(idx);
+      ++qp.active_good;
+    } else {
+      spare.push_back(idx);
+    }
+  }
+  // SKIP is invisible to the controller: for events it counts as GOOD.
+  const bool was_good = from == EvState::good || from == EvState::skip;
+  if ((was_good && to == EvState::assumed_bad) || (from == EvState::assumed_bad && to == EvState::good)) {
+    env.ev_event(qp.qpn, ev.value, was_good ? EvState::good : from, to, ev.drops);
+    ev.drops = 0;
+  }
+}
+
+void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
+  Ev& ev = qp.evs[idx];
+  ev.ctr.inc(EvCtr::probe_replies);
+  qp.ctr.inc(QpCtr::rx_probe_replies);
+  if (ev.state != EvState::assumed_bad) return;
+  if (!plane_up[ev.plane] || ((qp.peer_planes_down >> ev.plane) & 1)) return;
+  qp.ctr.inc(QpCtr::ev_recovered);
+  ev_mark(qp, idx, EvState::good, now, true);
+  if (!clean) ev_skip(qp, idx);
+}
+
+// Probes every ASSUMED_BAD EV that is due, doubling its interval each time
+// it stays silent, and works out when the next probe is due.
+void Engine::Impl::send_probes(Qp& qp, Nanos now) {
+  Nanos next = kNever;
+  for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+    Ev& ev = qp.evs[i];
+    if (ev.state != EvState::assumed_bad) continue;
+    if (ev.probe_at <= now && plane_up[ev.plane] && env.tx_room(ev.plane)) {
+      const bool sent =
+          send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
+            m.peth().set_type(kPethType);
+            m.peth().set_probe_id(i);
+            m.peth().set_spdcid(qp.qpn & 0xFFFF);
+            m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
+          });
+      if (sent) {
+        ev.ctr.inc(EvCtr::probes);
+        qp.ctr.inc(QpCtr::tx_probes);
+      }
+      ev.probe_backoff = std::min(ev.probe_backoff * 2, cfg.probe_interval_max);
+      ev.probe_at = now + ev.probe_backoff;
+    } else if (ev.probe_at <= now) {
+      ev.probe_at = now + cfg.probe_interval;  // plane down or full: try again later
+    }
+    next = std::min(next, ev.probe_at);
+  }
+  qp.next_probe_at = next;
+}
+
+}  // namespace mrc::engine
