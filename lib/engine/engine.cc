@@ -226,6 +226,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos n
       addr.src_ip = I.cfg.planes[p].ip;
       addr.dst_ip = qp.attr.remote[p].ip;
       addr.dscp = I.cfg.dscp_data;
+      addr.ecn = kEcnEct0;  // ECN-capable, so switches mark rather than drop
       if (addr.src_ip.is_v4() != addr.dst_ip.is_v4()) return ModifyError::bad_attr;
       const bool mrc = I.cfg.transport == Transport::mrc;
       qp.tmpl[p * 2].prepare(addr, uint8_t(mrc ? Opcode::mrc_write_middle : Opcode::rc_write_middle), false);
@@ -385,6 +386,7 @@ void Engine::Impl::poll_qp(Qp& qp, Nanos now) {
   if (qp.state != QpState::rts) return;
   if (qp.snd_una != qp.snd_nxt && now >= qp.rto_deadline) on_rto(qp, now);
   if (qp.state != QpState::rts) return;
+  if (qp.snd_una != qp.snd_nxt && now >= qp.tlp_at) send_tlp(qp, now);
   if (now >= qp.next_probe_at) send_probes(qp, now);
   transmit(qp, now, 64);
 }
@@ -414,7 +416,7 @@ Nanos Engine::Impl::qp_deadline(const Qp& qp) const {
   if (qp.unacked_pkts) t = std::min(t, qp.ack_deadline);
   if (qp.ack_now) return 0;
   if (qp.state != QpState::rts) return t;
-  if (qp.snd_una != qp.snd_nxt) t = std::min(t, qp.rto_deadline);
+  if (qp.snd_una != qp.snd_nxt) t = std::min({t, qp.rto_deadline, qp.tlp_at});
   t = std::min(t, qp.next_probe_at);
   // Pacing is a timer only while the pace, not the window, holds packets back.
   if (qp_wants_tx(qp) && qp.cc->next_send_time() > last_now) t = std::min(t, qp.cc->next_send_time());

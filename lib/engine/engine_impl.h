@@ -14,7 +14,8 @@
 
 namespace mrc::engine {
 
-inline constexpr Nanos kNever = ~Nanos(0);
+// Probe id of a reliability (tail-loss) probe; EV probes use the EV index.
+inline constexpr uint16_t kReliabilityProbeId = 0xFFFF;
 
 // Memory regions. A key is (random tag << kMrIndexBits) | slot, so lookup is
 // one array access plus a comparison, and keys cannot be guessed.
@@ -106,6 +107,12 @@ struct Qp {
   Nanos rto_deadline = kNever;
   uint32_t retries = 0;
   Nanos rack_sent_at = 0;  // latest send time among acknowledged packets
+  // Tail-loss probe: a reliability probe (PETH) after a quiet spell, whose
+  // reply dates every packet sent before it, so tail losses are found
+  // without waiting for the retransmit timeout.
+  Nanos tlp_at = kNever;
+  Nanos tlp_sent_at = 0;
+  bool tlp_outstanding = false;
   uint16_t next_msn = 0;
   uint16_t next_rq_msn = 0;
   uint32_t wimm_inflight = 0;
@@ -208,6 +215,8 @@ struct Engine::Impl {
   void advance_una(Qp& qp, Nanos now, bool progress);
   void complete_acked_wqes(Qp& qp, Nanos now);
   void on_rto(Qp& qp, Nanos now);
+  void arm_tlp(Qp& qp, Nanos now);
+  void send_tlp(Qp& qp, Nanos now);
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;
   void flush(Qp& qp, WcStatus cause, Nanos now);

@@ -112,7 +112,10 @@ void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
     t.len = len;
     if (!send_data(qp, qp.snd_nxt, false, now)) return;
     if (imm && e.sent_pkts == 0) ++qp.wimm_inflight;
-    if (qp.snd_una == qp.snd_nxt) qp.rto_deadline = now + rto_for(qp);
+    if (qp.snd_una == qp.snd_nxt) {
+      qp.rto_deadline = now + rto_for(qp);
+      arm_tlp(qp, now);
+    }
     qp.snd_nxt = psn_add(qp.snd_nxt, 1);
     if (++e.sent_pkts == e.npkts) ++qp.sq_send;
   }
@@ -149,6 +152,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
     a.src_ip = cfg.planes[plane].ip;
     a.dst_ip = qp.attr.remote[plane].ip;
     a.dscp = cfg.dscp_data;
+    a.ecn = kEcnEct0;
     m = begin_frame(buf, a, opcode, false, t.len);
   } else {
     m = tp.stamp(buf, t.len);
@@ -276,6 +280,13 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   if (qp.snd_una == qp.snd_nxt) return;
 
   AckSample smp;
+  uint32_t high = cack;
+  if (s.probe_reply() && s.ack_psn_offset() == kReliabilityProbeId && qp.tlp_outstanding) {
+    // Everything sent before the probe has had time to arrive.
+    qp.tlp_outstanding = false;
+    qp.rack_sent_at = std::max(qp.rack_sent_at, qp.tlp_sent_at);
+    high = psn_add(qp.snd_nxt, -1);
+  }
   if (!s.probe_reply()) {
     const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
     if (in_flight_range(qp, trigger)) {
@@ -297,7 +308,6 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     }
   }
   ack_through(qp, cack, now, smp);
-  uint32_t high = cack;
   const uint32_t base = psn_add(cack, static_cast<int16_t>(s.sack_offset()));
   for (uint64_t bits = s.sack_bitmap(); bits; bits &= bits - 1) {
     const uint32_t psn = psn_add(base, std::countr_zero(bits));
@@ -307,8 +317,40 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   }
   detect_losses(qp, high, now);
   advance_una(qp, now, false);
+  arm_tlp(qp, now);
   smp.inflight_bytes = qp.inflight_bytes;
   if (smp.bytes_acked || smp.ecn) qp.cc->on_ack(smp, now);
+}
+
+void Engine::Impl::arm_tlp(Qp& qp, Nanos now) {
+  if (cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt) {
+    qp.tlp_at = kNever;
+    return;
+  }
+  // Two smoothed RTTs plus the reorder window; a quarter timeout until an
+  // RTT has been measured. Never later than the timeout itself.
+  const Nanos rto = rto_for(qp);
+  const Nanos pto = qp.srtt ? 2 * qp.srtt + cfg.reorder_window : rto / 4;
+  qp.tlp_at = now + std::min(pto, rto / 2);
+}
+
+void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
+  qp.tlp_at = kNever;
+  const int ev = pick_ev(qp, -1);
+  if (ev < 0) return;
+  const bool sent =
+      send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
+                [&](const MutablePacket& m) {
+                  m.peth().set_type(kPethType);
+                  m.peth().set_probe_id(kReliabilityProbeId);
+                  m.peth().set_spdcid(qp.qpn & 0xFFFF);
+                  m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
+                });
+  if (sent) {
+    qp.tlp_sent_at = now;
+    qp.tlp_outstanding = true;
+    qp.ctr.inc(QpCtr::tx_probes);
+  }
 }
 
 void Engine::Impl::on_nack(Qp& qp, const Packet& p, Nanos now) {

@@ -14,6 +14,7 @@
 namespace mrc::engine {
 
 using Nanos = uint64_t;  // nanoseconds on the caller's clock
+inline constexpr Nanos kNever = ~Nanos(0);
 
 inline constexpr unsigned kMaxPlanes = 8;
 

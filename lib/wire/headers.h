@@ -100,6 +100,7 @@ MRC_DEFINE_HEADER(Udp, kUdpLen, MRC_UDP_FIELDS)
 inline constexpr unsigned kIpv6SrcOffset = 8;
 inline constexpr unsigned kIpv6DstOffset = 24;
 inline constexpr uint8_t kEcnCe = 0x3;
+inline constexpr uint8_t kEcnEct0 = 0x2;
 
 // IPv4 header checksum (RFC 1071) over a header with its checksum field zero.
 inline uint16_t ipv4_checksum(const uint8_t* h, unsigned len = kIpv4Len) {

@@ -1,0 +1,91 @@
+// A deterministic discrete-event loop: a clock that only moves when the next
+// event runs. Events are ordered by (time, insertion sequence), so two runs
+// that schedule the same events in the same order execute identically.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "engine/types.h"
+
+namespace mrc::sim {
+
+using Nanos = engine::Nanos;
+using engine::kNever;
+
+// Names one scheduled event for cancel(). seq 0 names nothing.
+struct EventId {
+  uint64_t seq = 0;
+  uint32_t slot = 0;
+  explicit operator bool() const { return seq != 0; }
+};
+
+struct EventLoopStats {
+  uint64_t scheduled = 0;
+  uint64_t run = 0;
+  uint64_t cancelled = 0;
+  size_t max_pending = 0;
+};
+
+class EventLoop {
+ public:
+  EventLoop() = default;
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  Nanos now() const { return now_; }
+
+  // Schedules fn at t. A time in the past means now: the event runs after
+  // those already queued for now, never before the clock.
+  EventId at(Nanos t, std::function<void()> fn);
+  EventId after(Nanos delay, std::function<void()> fn) { return at(now_ + delay, std::move(fn)); }
+  // Returns false when the event already ran or was cancelled.
+  bool cancel(EventId id);
+
+  // Runs every event due at or before t, then sets the clock to t. Returns
+  // false when stop() cut the run short.
+  bool run_until(Nanos t);
+  // Runs events until none is left or the next is after limit. Returns true
+  // when the loop went idle (the clock stays at the last event); false when
+  // events remain past limit (the clock is then at limit) or on stop().
+  bool run_until_idle(Nanos limit = kNever);
+  // Runs the next event, if any.
+  bool step();
+  // Makes the running run_until*() return after the current event.
+  void stop() { stop_ = true; }
+
+  size_t pending() const { return live_; }
+  Nanos next_time() const { return heap_.empty() ? kNever : heap_.front().t; }
+  const EventLoopStats& stats() const { return stats_; }
+
+ private:
+  struct Entry {
+    Nanos t;
+    uint64_t seq;
+    uint32_t slot;
+  };
+  // The heap holds small entries; the callbacks live in reusable slots so a
+  // cancel is O(1): it frees the slot and leaves a stale entry (its seq no
+  // longer matches the slot's) to be skipped when it reaches the top.
+  struct Slot {
+    std::function<void()> fn;
+    uint64_t seq = 0;
+  };
+
+  void run_top();
+  void drop_stale();
+  bool live(const Entry& e) const { return slots_[e.slot].seq == e.seq; }
+
+  Nanos now_ = 0;
+  uint64_t next_seq_ = 1;
+  size_t live_ = 0;
+  bool stop_ = false;
+  std::vector<Entry> heap_;  // invariant: empty or the top is live
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_slots_;
+  EventLoopStats stats_;
+};
+
+}  // namespace mrc::sim

@@ -1,0 +1,210 @@
+#include "sim/link.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "wire/packet.h"
+
+namespace mrc::sim {
+namespace {
+
+constexpr uint64_t kPsPerNs = 1000;
+
+constexpr Nanos ps_to_ns_ceil(uint64_t ps) { return (ps + kPsPerNs - 1) / kPsPerNs; }
+
+bool parse_headers(const std::vector<uint8_t>& frame, wire::Packet& pkt) {
+  wire::ParseOptions opts;
+  opts.verify_icrc = false;
+  return wire::parse_frame(frame, pkt, opts) == wire::ParseError::ok;
+}
+
+}  // namespace
+
+uint64_t derive_seed(uint64_t seed, uint64_t tag) {
+  uint64_t x = seed ^ (tag * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull);
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+Link::Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink)
+    : loop_(loop), params_(params), rng_(seed), sink_(std::move(sink)) {}
+
+// Built from raw engine output rather than std::uniform_real_distribution,
+// whose algorithm differs between standard libraries.
+double Link::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+void Link::set_up(bool up) {
+  if (params_.up && !up) {
+    ++epoch_;
+    queue_.clear();
+    queue_total_ = 0;
+    busy_until_ps_ = 0;
+  }
+  params_.up = up;
+}
+
+void Link::set_params(const LinkParams& params) {
+  const bool was_up = params_.up;
+  params_ = params;
+  params_.up = was_up;  // so set_up() sees the transition
+  set_up(params.up);
+}
+
+void Link::pop_finished() {
+  const uint64_t now_ps = loop_.now() * kPsPerNs;
+  while (!queue_.empty() && queue_.front().done_ps <= now_ps) {
+    queue_total_ -= queue_.front().bytes;
+    queue_.pop_front();
+  }
+}
+
+uint64_t Link::queued_bytes() const {
+  const uint64_t now_ps = loop_.now() * kPsPerNs;
+  uint64_t q = queue_total_;
+  for (const Queued& e : queue_) {
+    if (e.done_ps > now_ps) break;
+    q -= e.bytes;
+  }
+  return q;
+}
+
+Nanos Link::drain_time() const { return std::max(loop_.now(), ps_to_ns_ceil(busy_until_ps_)); }
+
+Nanos Link::time_queued_at_most(uint64_t bytes) const {
+  Nanos t = loop_.now();
+  uint64_t q = queue_total_;
+  for (const Queued& e : queue_) {
+    if (q <= bytes) break;
+    q -= e.bytes;
+    t = std::max(t, ps_to_ns_ceil(e.done_ps));
+  }
+  return t;
+}
+
+void Link::send(std::vector<uint8_t> frame) {
+  ++ctr_.sent;
+  ctr_.sent_bytes += frame.size();
+  if (!params_.up) {
+    ++ctr_.dropped_down;
+    return;
+  }
+  pop_finished();
+  const uint64_t queued = queue_total_;
+  const bool trimmed = params_.trim_bytes && queued + frame.size() > params_.trim_bytes && trim(frame);
+  if (queued + frame.size() > params_.queue_bytes) {
+    ++ctr_.dropped_queue;
+    return;
+  }
+  if (trimmed) ++ctr_.trimmed;
+  if (params_.ecn_max_bytes && mark_ecn(frame, queued)) ++ctr_.ecn_marked;
+
+  const uint64_t ser_ps =
+      params_.rate_gbps > 0
+          ? static_cast<uint64_t>(std::llround(static_cast<double>(frame.size()) * 8000.0 / params_.rate_gbps))
+          : 0;
+  busy_until_ps_ = std::max(busy_until_ps_, loop_.now() * kPsPerNs) + ser_ps;
+  queue_.push_back({busy_until_ps_, static_cast<uint32_t>(frame.size())});
+  queue_total_ += frame.size();
+  Nanos arrive = ps_to_ns_ceil(busy_until_ps_) + params_.delay_ns;
+
+  // Wire impairments happen after the queue: a lost frame still used the link.
+  if (params_.loss > 0 && uniform() < params_.loss) {
+    ++ctr_.dropped_loss;
+    return;
+  }
+  if (params_.corrupt > 0 && uniform() < params_.corrupt && flip_bit(frame)) ++ctr_.corrupted;
+  if (params_.reorder_prob > 0 && params_.reorder_max_ns > 0 && uniform() < params_.reorder_prob) {
+    arrive += 1 + rng_() % params_.reorder_max_ns;
+    ++ctr_.reordered;
+  }
+  if (params_.duplicate > 0 && uniform() < params_.duplicate) {
+    ++ctr_.duplicated;
+    deliver_at(arrive, frame);
+  }
+  deliver_at(arrive, std::move(frame));
+}
+
+void Link::deliver_at(Nanos t, std::vector<uint8_t> frame) {
+  loop_.at(t, [this, epoch = epoch_, f = std::move(frame)]() mutable {
+    if (epoch != epoch_ || !params_.up) {
+      ++ctr_.dropped_down;
+      return;
+    }
+    ++ctr_.delivered;
+    ctr_.delivered_bytes += f.size();
+    if (sink_) sink_(std::move(f));
+  });
+}
+
+bool Link::mark_ecn(std::vector<uint8_t>& frame, uint64_t queued) {
+  const uint64_t lo = params_.ecn_min_bytes;
+  const uint64_t hi = std::max<uint64_t>(params_.ecn_max_bytes, lo);
+  if (queued < hi) {
+    if (queued <= lo) return false;
+    if (uniform() >= static_cast<double>(queued - lo) / static_cast<double>(hi - lo)) return false;
+  }
+  wire::Packet pkt;
+  if (!parse_headers(frame, pkt)) return false;
+  const uint8_t ecn = pkt.ecn();
+  if (ecn == wire::kEcnCe || (ecn == 0 && !params_.ecn_mark_not_ect)) return false;
+  wire::MutablePacket{frame.data(), pkt.at}.set_ecn(wire::kEcnCe);
+  return true;
+}
+
+// Keeps everything up to the payload (Ethernet, IP, UDP, BTH and the MRC
+// extension headers) so the receiver can still NACK the exact PSN, and fixes
+// the lengths so the frame parses. The old ICRC is carried over unchanged:
+// receivers skip the ICRC of frames marked trimmed.
+bool Link::trim(std::vector<uint8_t>& frame) {
+  wire::Packet pkt;
+  if (!parse_headers(frame, pkt)) return false;
+  const wire::Layout at = pkt.at;
+  const uint32_t new_size = at.payload + wire::kIcrcLen;
+  if (!(at.flags & wire::kOpPayload) || new_size >= at.size) return false;
+
+  std::array<uint8_t, wire::kIcrcLen> icrc;
+  std::memcpy(icrc.data(), frame.data() + at.size - wire::kIcrcLen, wire::kIcrcLen);
+  frame.resize(new_size);
+  std::memcpy(frame.data() + at.payload, icrc.data(), wire::kIcrcLen);
+
+  uint8_t* p = frame.data();
+  const uint32_t l3_len = new_size - at.l3;
+  if (at.ip_version == 4) {
+    wire::Ipv4Ref(p + at.l3).set_total_len(l3_len);
+  } else {
+    wire::Ipv6Ref(p + at.l3).set_payload_len(l3_len - wire::kIpv6Len);
+  }
+  wire::UdpRef(p + at.udp).set_length(new_size - at.udp);
+  wire::BthRef(p + at.bth).set_pad_count(0);
+  wire::MutablePacket m{p, at};
+  m.at.size = new_size;
+  m.at.payload_len = 0;
+  m.at.pad = 0;
+  m.set_dscp(params_.trimmed_dscp);  // also recomputes the IPv4 checksum
+  return true;
+}
+
+// Flips a bit the ICRC covers: in the payload when there is one, else in the
+// ICRC itself (headers are avoided so the frame still parses up to the ICRC
+// check, as a real bit error in a packet usually would).
+bool Link::flip_bit(std::vector<uint8_t>& frame) {
+  size_t lo, hi;
+  wire::Packet pkt;
+  if (parse_headers(frame, pkt)) {
+    lo = pkt.at.payload_len ? pkt.at.payload : pkt.at.size - wire::kIcrcLen;
+    hi = pkt.at.payload_len ? lo + pkt.at.payload_len : pkt.at.size;
+  } else {
+    lo = std::min<size_t>(wire::kEthLen, frame.size());
+    hi = frame.size();
+  }
+  if (lo >= hi) return false;
+  const uint64_t bit = rng_() % ((hi - lo) * 8);
+  frame[lo + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  return true;
+}
+
+}  // namespace mrc::sim

@@ -1,0 +1,127 @@
+// A one-directional link: an output queue drained at line rate, then a wire
+// with propagation delay and seeded impairments. The queue is FIFO with tail
+// drop, optional RED-style ECN marking and optional payload trimming, so the
+// same Link serves as a host uplink and as a switch egress port.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <random>
+#include <string_view>
+#include <vector>
+
+#include "sim/event_loop.h"
+
+namespace mrc::sim {
+
+struct LinkParams {
+  double rate_gbps = 100.0;        // <= 0: no serialization delay
+  Nanos delay_ns = 1000;           // propagation, last bit out to last bit in
+  uint32_t queue_bytes = 1 << 20;  // tail-drop limit, counting the frame being serialized
+  double loss = 0.0;               // per-frame probabilities
+  double corrupt = 0.0;
+  double duplicate = 0.0;
+  double reorder_prob = 0.0;
+  Nanos reorder_max_ns = 0;  // a reordered frame is held back 1..reorder_max_ns more
+  // CE marking by queue depth at enqueue: none up to ecn_min_bytes, linear
+  // probability in between, always from ecn_max_bytes. ecn_max_bytes == 0
+  // disables marking.
+  uint32_t ecn_min_bytes = 0;
+  uint32_t ecn_max_bytes = 0;
+  // RFC 3168 switches mark only ECN-capable packets; this marks Not-ECT too.
+  bool ecn_mark_not_ect = false;
+  // A data frame that would take the queue past trim_bytes is cut to its
+  // headers and re-marked trimmed_dscp instead (0 disables).
+  uint32_t trim_bytes = 0;
+  uint8_t trimmed_dscp = 0x3F;
+  bool up = true;
+};
+
+#define MRC_LINK_COUNTERS(X)                                              \
+  X(sent, "frames offered to the link")                                   \
+  X(sent_bytes, "bytes offered to the link")                              \
+  X(delivered, "frames handed to the sink, duplicates included")          \
+  X(delivered_bytes, "bytes handed to the sink")                          \
+  X(dropped_queue, "frames tail-dropped: the queue was full")             \
+  X(dropped_loss, "frames lost on the wire")                              \
+  X(dropped_down, "frames sent into, or in flight on, a link going down") \
+  X(corrupted, "frames with one bit flipped")                             \
+  X(duplicated, "extra copies delivered")                                 \
+  X(reordered, "frames held back to arrive out of order")                 \
+  X(ecn_marked, "frames marked CE")                                       \
+  X(trimmed, "frames cut to their headers and queued")
+
+struct LinkCounters {
+#define MRC_X(name, help) uint64_t name = 0;
+  MRC_LINK_COUNTERS(MRC_X)
+#undef MRC_X
+
+  // Calls fn(name, help, value) for every counter, in table order.
+  template <class Fn>
+  void for_each(Fn&& fn) const {
+#define MRC_X(name, help) fn(std::string_view(#name), std::string_view(help), name);
+    MRC_LINK_COUNTERS(MRC_X)
+#undef MRC_X
+  }
+};
+
+// Mixes `tag` into `seed` (splitmix64), for deriving independent per-link
+// and per-host seeds from one run seed.
+uint64_t derive_seed(uint64_t seed, uint64_t tag);
+
+class Link {
+ public:
+  using Sink = std::function<void(std::vector<uint8_t>)>;
+
+  Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink = {});
+  // Scheduled deliveries point at this link.
+  Link(const Link&) = delete;
+  Link& operator=(const Link&) = delete;
+
+  void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // Queues a frame at loop.now(); the sink gets it (or not) at arrival time.
+  void send(std::vector<uint8_t> frame);
+
+  // Taking a link down empties its queue and loses every frame in flight.
+  void set_up(bool up);
+  bool up() const { return params_.up; }
+  const LinkParams& params() const { return params_; }
+  // New parameters apply to frames sent from now on; `up` goes through set_up().
+  void set_params(const LinkParams& params);
+
+  const LinkCounters& counters() const { return ctr_; }
+  // Bytes accepted whose last bit has not left yet.
+  uint64_t queued_bytes() const;
+  // When the queue will be empty (now when it is).
+  Nanos drain_time() const;
+  // The earliest time at which queued_bytes() <= bytes, given no new sends.
+  Nanos time_queued_at_most(uint64_t bytes) const;
+
+ private:
+  struct Queued {
+    uint64_t done_ps;  // last bit out
+    uint32_t bytes;
+  };
+
+  double uniform();
+  void pop_finished();
+  bool trim(std::vector<uint8_t>& frame);
+  bool mark_ecn(std::vector<uint8_t>& frame, uint64_t queued);
+  bool flip_bit(std::vector<uint8_t>& frame);
+  void deliver_at(Nanos t, std::vector<uint8_t> frame);
+
+  EventLoop& loop_;
+  LinkParams params_;
+  std::mt19937_64 rng_;
+  Sink sink_;
+  // Times are kept in picoseconds so back-to-back frames do not accumulate
+  // rounding; events fire at the next whole nanosecond.
+  std::deque<Queued> queue_;
+  uint64_t queue_total_ = 0;  // bytes in queue_
+  uint64_t busy_until_ps_ = 0;
+  uint64_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
+  LinkCounters ctr_;
+};
+
+}  // namespace mrc::sim

@@ -1,0 +1,440 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "sim/event_loop.h"
+#include "sim/link.h"
+#include "wire/packet.h"
+
+using namespace mrc;
+using sim::EventLoop;
+using sim::Link;
+using sim::LinkParams;
+using sim::Nanos;
+
+namespace {
+
+constexpr uint32_t kPayload = 1172;  // makes an IPv4 MRC WRITE_ONLY frame 1250 B: 100 ns at 100 Gb/s
+constexpr uint32_t kFrameBytes = 1250;
+
+std::vector<uint8_t> make_frame(uint32_t psn, uint32_t payload_len = kPayload, bool v6 = false, uint8_t ecn = 0,
+                                uint8_t opcode = uint8_t(wire::Opcode::mrc_write_only)) {
+  wire::Addressing a;
+  a.src_mac = 0x020000000001;
+  a.dst_mac = 0x020000000002;
+  a.src_ip = *wire::IpAddr::parse(v6 ? "fd00::1" : "10.0.0.1");
+  a.dst_ip = *wire::IpAddr::parse(v6 ? "fd00::2" : "10.0.0.2");
+  a.ecn = ecn;
+  std::vector<uint8_t> buf(payload_len + 256);
+  wire::MutablePacket m = wire::begin_frame(buf, a, opcode, false, payload_len);
+  REQUIRE(m.base != nullptr);
+  m.bth().set_dest_qp(0x42);
+  m.bth().set_psn(psn);
+  if (m.at.reth) {
+    m.reth().set_va(0x10000 + uint64_t(psn) * payload_len);
+    m.reth().set_rkey(0xABCD);
+    m.reth().set_dma_len(payload_len);
+  }
+  for (uint32_t i = 0; i < m.at.payload_len; ++i) m.payload()[i] = static_cast<uint8_t>(psn + i);
+  wire::finish_frame(m);
+  buf.resize(m.at.size);
+  return buf;
+}
+
+wire::ParseError parse(const std::vector<uint8_t>& f, wire::Packet& pkt, bool verify_icrc) {
+  wire::ParseOptions o;
+  o.verify_icrc = verify_icrc;
+  return wire::parse_frame(f, pkt, o);
+}
+
+uint32_t psn_of(const std::vector<uint8_t>& f) {
+  wire::Packet pkt;
+  REQUIRE(parse(f, pkt, false) == wire::ParseError::ok);
+  return pkt.bth().psn();
+}
+
+bool ipv4_checksum_ok(const std::vector<uint8_t>& f) { return wire::ipv4_checksum(f.data() + wire::kEthLen) == 0; }
+
+struct Arrival {
+  Nanos t;
+  std::vector<uint8_t> frame;
+  bool operator==(const Arrival&) const = default;
+};
+
+// A link whose sink records what arrives and when.
+struct Bench {
+  EventLoop loop;
+  std::vector<Arrival> got;
+  Link link;
+  Bench(const LinkParams& p, uint64_t seed)
+      : link(loop, p, seed, [this](std::vector<uint8_t> f) {
+          got.push_back({loop.now(), std::move(f)});
+        }) {}
+};
+
+LinkParams clean(uint32_t queue_bytes = 1u << 30) {
+  LinkParams p;
+  p.rate_gbps = 100;
+  p.delay_ns = 500;
+  p.queue_bytes = queue_bytes;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("EventLoop runs events by time, then insertion order") {
+  EventLoop loop;
+  std::vector<int> order;
+  loop.at(20, [&] { order.push_back(3); });
+  loop.at(10, [&] { order.push_back(1); });
+  loop.at(10, [&] { order.push_back(2); });
+  loop.at(30, [&] {
+    order.push_back(4);
+    loop.at(30, [&] { order.push_back(6); });  // same time: after those already queued
+    loop.at(5, [&] { order.push_back(7); });   // the past means now
+  });
+  loop.at(30, [&] { order.push_back(5); });
+  CHECK(loop.pending() == 5);
+  CHECK(loop.run_until_idle());
+  CHECK(order == std::vector<int>{1, 2, 3, 4, 5, 6, 7});
+  CHECK(loop.now() == 30);
+  CHECK(loop.stats().scheduled == 7);
+  CHECK(loop.stats().run == 7);
+}
+
+TEST_CASE("EventLoop run_until stops at the bound and advances the clock") {
+  EventLoop loop;
+  int ran = 0;
+  loop.at(100, [&] { ++ran; });
+  loop.at(101, [&] { ++ran; });
+  CHECK(loop.run_until(100));
+  CHECK(ran == 1);
+  CHECK(loop.now() == 100);
+  CHECK(loop.next_time() == 101);
+  CHECK(loop.run_until(50));  // never goes back
+  CHECK(loop.now() == 100);
+  CHECK_FALSE(loop.run_until_idle(100));
+  CHECK(loop.run_until(1000));
+  CHECK(ran == 2);
+  CHECK(loop.now() == 1000);
+  CHECK(loop.pending() == 0);
+}
+
+TEST_CASE("EventLoop cancel and stop") {
+  EventLoop loop;
+  std::vector<int> order;
+  auto a = loop.at(10, [&] { order.push_back(1); });
+  loop.at(10, [&] { order.push_back(2); });
+  auto c = loop.at(20, [&] { order.push_back(3); });
+  CHECK(loop.cancel(a));
+  CHECK_FALSE(loop.cancel(a));
+  CHECK(loop.pending() == 2);
+  loop.at(15, [&] {
+    order.push_back(4);
+    loop.stop();
+  });
+  CHECK_FALSE(loop.run_until(100));
+  CHECK(loop.now() == 15);
+  CHECK(loop.cancel(c));
+  CHECK(loop.run_until_idle());
+  CHECK(order == std::vector<int>{2, 4});
+  CHECK(loop.stats().cancelled == 2);
+  // A slot reused after a cancel must not revive the cancelled event.
+  auto d = loop.at(30, [&] { order.push_back(5); });
+  CHECK_FALSE(loop.cancel(c));
+  CHECK(loop.run_until_idle());
+  CHECK(order == std::vector<int>{2, 4, 5});
+  CHECK_FALSE(loop.cancel(d));
+}
+
+TEST_CASE("Link serializes at line rate, then adds the delay") {
+  Bench b(clean(), 1);
+  const auto f = make_frame(0);
+  REQUIRE(f.size() == kFrameBytes);
+  for (int i = 0; i < 5; ++i) b.link.send(f);
+  CHECK(b.link.queued_bytes() == 5 * kFrameBytes);
+  CHECK(b.link.drain_time() == 500);
+  CHECK(b.link.time_queued_at_most(2 * kFrameBytes) == 300);
+  b.loop.run_until(250);
+  CHECK(b.link.queued_bytes() == 3 * kFrameBytes);  // two have left, one is on the wire
+  // Idle from 500: a frame sent at 1000 starts at once.
+  b.loop.at(1000, [&] { b.link.send(f); });
+  CHECK(b.loop.run_until_idle());
+  REQUIRE(b.got.size() == 6);
+  for (int i = 0; i < 5; ++i) CHECK(b.got[i].t == Nanos(100 * (i + 1) + 500));
+  CHECK(b.got[5].t == 1000 + 100 + 500);
+  CHECK(b.link.counters().delivered == 6);
+  CHECK(b.link.counters().delivered_bytes == 6 * kFrameBytes);
+  CHECK(b.link.queued_bytes() == 0);
+
+  SECTION("fractional serialization times do not drift") {
+    LinkParams p = clean();
+    p.rate_gbps = 3;  // 1250 B = 3333.33 ns
+    Bench s(p, 1);
+    for (int i = 0; i < 3; ++i) s.link.send(f);
+    s.loop.run_until_idle();
+    REQUIRE(s.got.size() == 3);
+    CHECK(s.got[0].t == 3334 + 500);
+    CHECK(s.got[1].t == 6667 + 500);
+    CHECK(s.got[2].t == 10000 + 500);
+  }
+}
+
+TEST_CASE("Link tail-drops what does not fit the queue") {
+  Bench b(clean(10 * kFrameBytes), 1);
+  const auto f = make_frame(0);
+  for (int i = 0; i < 25; ++i) b.link.send(f);
+  CHECK(b.link.counters().dropped_queue == 15);
+  b.loop.run_until(150);  // one frame has left: room for one more
+  b.link.send(f);
+  b.link.send(f);
+  CHECK(b.link.counters().dropped_queue == 16);
+  b.loop.run_until_idle();
+  CHECK(b.got.size() == 11);
+  CHECK(b.link.counters().sent == 27);
+}
+
+TEST_CASE("Link loss ratio matches its probability") {
+  const uint64_t seed = GENERATE(1, 2, 3);
+  INFO("seed " << seed);
+  LinkParams p = clean();
+  p.loss = 0.1;
+  Bench b(p, seed);
+  const auto f = make_frame(0, 64);
+  constexpr int kFrames = 100000;
+  for (int i = 0; i < kFrames; ++i) {
+    b.link.send(f);
+    if (i % 1000 == 999) {
+      b.loop.run_until_idle();
+      b.got.clear();
+    }
+  }
+  const auto& c = b.link.counters();
+  CHECK(c.dropped_loss + c.delivered == kFrames);
+  // sigma = sqrt(0.09 / 1e5) ~ 0.00095; allow 5 sigma.
+  CHECK(double(c.dropped_loss) / kFrames == Approx(0.1).margin(0.005));
+}
+
+TEST_CASE("Link duplicates frames back to back") {
+  LinkParams p = clean();
+  p.duplicate = 0.2;
+  Bench b(p, 7);
+  for (uint32_t i = 0; i < 10000; ++i) b.link.send(make_frame(i, 16));
+  b.loop.run_until_idle();
+  const auto& c = b.link.counters();
+  CHECK(c.delivered == 10000 + c.duplicated);
+  CHECK(double(c.duplicated) / 10000 == Approx(0.2).margin(0.02));
+  uint32_t next = 0, dups = 0;
+  for (size_t i = 0; i < b.got.size(); ++i) {
+    const uint32_t psn = psn_of(b.got[i].frame);
+    if (psn == next) {
+      ++next;
+    } else {
+      REQUIRE(i > 0);
+      CHECK(b.got[i] == b.got[i - 1]);  // same bytes, same time
+      ++dups;
+    }
+  }
+  CHECK(next == 10000);
+  CHECK(dups == c.duplicated);
+}
+
+TEST_CASE("Link reordering holds frames back") {
+  LinkParams p = clean();
+  p.reorder_prob = 0.3;
+  p.reorder_max_ns = 5000;
+  Bench b(p, 11);
+  for (uint32_t i = 0; i < 1000; ++i) b.link.send(make_frame(i, 64));
+  b.loop.run_until_idle();
+  REQUIRE(b.got.size() == 1000);
+  std::vector<uint32_t> psns;
+  for (const auto& a : b.got) psns.push_back(psn_of(a.frame));
+  CHECK_FALSE(std::is_sorted(psns.begin(), psns.end()));
+  std::vector<uint32_t> sorted = psns;
+  std::sort(sorted.begin(), sorted.end());
+  for (uint32_t i = 0; i < 1000; ++i) REQUIRE(sorted[i] == i);
+  CHECK(double(b.link.counters().reordered) / 1000 == Approx(0.3).margin(0.06));
+  // A frame is held back by at most reorder_max_ns, never sped up. Each
+  // 142-byte frame takes 11.36 ns at 100 Gb/s.
+  REQUIRE(make_frame(0, 64).size() == 142);
+  for (const auto& a : b.got) {
+    const uint32_t i = psn_of(a.frame);
+    const Nanos nominal = ((i + 1) * 11360 + 999) / 1000 + 500;
+    REQUIRE(a.t >= nominal);
+    REQUIRE(a.t <= nominal + 5000);
+  }
+
+  SECTION("without reordering the order is kept") {
+    Bench s(clean(), 11);
+    for (uint32_t i = 0; i < 1000; ++i) s.link.send(make_frame(i, 64));
+    s.loop.run_until_idle();
+    for (uint32_t i = 0; i < 1000; ++i) REQUIRE(psn_of(s.got[i].frame) == i);
+  }
+}
+
+TEST_CASE("Link marks CE only from ecn_min_bytes, always from ecn_max_bytes") {
+  const bool v6 = GENERATE(false, true);
+  INFO("ipv6 " << v6);
+  const uint32_t size = uint32_t(make_frame(0, kPayload, v6).size());
+  LinkParams p = clean();
+  p.ecn_min_bytes = 5 * size;
+  p.ecn_max_bytes = 10 * size;
+  constexpr int kBurst = 14, kTrials = 200;
+  std::vector<int> marks(kBurst, 0);
+  for (int trial = 0; trial < kTrials; ++trial) {
+    Bench b(p, 100 + trial);
+    // Frame i finds i frames queued ahead of it.
+    for (uint32_t i = 0; i < kBurst; ++i) b.link.send(make_frame(i, kPayload, v6, /*ECT(0)*/ 2));
+    b.loop.run_until_idle();
+    REQUIRE(b.got.size() == size_t(kBurst));
+    for (const auto& a : b.got) {
+      wire::Packet pkt;
+      REQUIRE(parse(a.frame, pkt, true) == wire::ParseError::ok);  // ECN is masked in the ICRC
+      if (!v6) REQUIRE(ipv4_checksum_ok(a.frame));
+      if (pkt.ecn() == wire::kEcnCe) ++marks[pkt.bth().psn()];
+    }
+  }
+  for (int i = 0; i <= 5; ++i) CHECK(marks[i] == 0);
+  for (int i = 6; i < 10; ++i) {
+    INFO("position " << i);
+    CHECK(marks[i] > 0);
+    CHECK(marks[i] < kTrials);
+  }
+  for (int i = 10; i < kBurst; ++i) CHECK(marks[i] == kTrials);
+
+  SECTION("Not-ECT frames are left alone unless asked") {
+    LinkParams q = p;
+    q.ecn_min_bytes = q.ecn_max_bytes = size;
+    Bench b(q, 1);
+    for (uint32_t i = 0; i < 4; ++i) b.link.send(make_frame(i, kPayload, v6, 0));
+    q.ecn_mark_not_ect = true;
+    b.link.set_params(q);
+    for (uint32_t i = 4; i < 8; ++i) b.link.send(make_frame(i, kPayload, v6, 0));
+    b.loop.run_until_idle();
+    CHECK(b.link.counters().ecn_marked == 4);
+    for (const auto& a : b.got) {
+      wire::Packet pkt;
+      REQUIRE(parse(a.frame, pkt, true) == wire::ParseError::ok);
+      CHECK((pkt.ecn() == wire::kEcnCe) == (pkt.bth().psn() >= 4));
+    }
+  }
+}
+
+TEST_CASE("Link trims data frames past trim_bytes to parseable headers") {
+  const bool v6 = GENERATE(false, true);
+  INFO("ipv6 " << v6);
+  const auto full = make_frame(0, kPayload, v6);
+  LinkParams p = clean();
+  p.trim_bytes = 3 * uint32_t(full.size());
+  p.trimmed_dscp = 0x2E;
+  Bench b(p, 1);
+  for (uint32_t i = 0; i < 8; ++i) b.link.send(make_frame(i, kPayload, v6));
+  // Control frames carry no payload: never trimmed.
+  b.link.send(make_frame(100, 0, v6, 0, uint8_t(wire::Opcode::mrc_sack)));
+  b.loop.run_until_idle();
+  REQUIRE(b.got.size() == 9);
+  CHECK(b.link.counters().trimmed == 5);
+
+  wire::Packet orig;
+  REQUIRE(parse(full, orig, true) == wire::ParseError::ok);
+  for (uint32_t i = 0; i < 8; ++i) {
+    INFO("frame " << i);
+    const auto& f = b.got[i].frame;
+    wire::Packet pkt;
+    REQUIRE(parse(f, pkt, false) == wire::ParseError::ok);
+    CHECK(pkt.bth().psn() == i);
+    if (!v6) CHECK(ipv4_checksum_ok(f));
+    if (i < 3) {
+      CHECK(f.size() == full.size());
+      CHECK(pkt.dscp() == 0);
+      continue;
+    }
+    CHECK(pkt.dscp() == 0x2E);
+    CHECK(pkt.at.payload_len == 0);
+    CHECK(f.size() == size_t(orig.at.payload) + wire::kIcrcLen);
+    CHECK(pkt.at.opcode == uint8_t(wire::Opcode::mrc_write_only));
+    CHECK(pkt.reth().rkey() == 0xABCD);
+    CHECK(pkt.reth().dma_len() == kPayload);
+    CHECK(pkt.at.meth == orig.at.meth);
+    // The ICRC is stale: receivers must skip it for trimmed frames.
+    CHECK(parse(f, pkt, true) == wire::ParseError::bad_icrc);
+  }
+  wire::Packet sack;
+  REQUIRE(parse(b.got[8].frame, sack, true) == wire::ParseError::ok);
+  CHECK(sack.dscp() == 0);
+
+  SECTION("trimmed frames still count against the queue limit") {
+    LinkParams q = p;
+    q.queue_bytes = p.trim_bytes + 2 * 100;
+    Bench t(q, 1);
+    for (uint32_t i = 0; i < 10; ++i) t.link.send(make_frame(i, kPayload, v6));
+    const auto& c = t.link.counters();
+    const uint64_t fit = 200 / (orig.at.payload + wire::kIcrcLen);
+    CHECK(c.trimmed == fit);
+    CHECK(c.dropped_queue == 10 - 3 - fit);
+  }
+}
+
+TEST_CASE("Link corruption breaks the ICRC and nothing else") {
+  LinkParams p = clean();
+  p.corrupt = 1.0;
+  Bench b(p, 5);
+  for (uint32_t i = 0; i < 200; ++i)
+    b.link.send(make_frame(i, i % 2 ? 0 : 1 + i, i % 3 == 0, 0,
+                           uint8_t(i % 2 ? wire::Opcode::mrc_ack : wire::Opcode::mrc_write_only)));
+  b.loop.run_until_idle();
+  REQUIRE(b.got.size() == 200);
+  CHECK(b.link.counters().corrupted == 200);
+  for (const auto& a : b.got) {
+    wire::Packet pkt;
+    CHECK(parse(a.frame, pkt, true) == wire::ParseError::bad_icrc);
+    CHECK(parse(a.frame, pkt, false) == wire::ParseError::ok);
+  }
+}
+
+TEST_CASE("A down link drops everything, in flight included") {
+  LinkParams p = clean();
+  p.up = false;
+  Bench b(p, 1);
+  for (uint32_t i = 0; i < 10; ++i) b.link.send(make_frame(i));
+  b.loop.run_until_idle();
+  CHECK(b.got.empty());
+  CHECK(b.link.counters().dropped_down == 10);
+
+  b.link.set_up(true);
+  for (uint32_t i = 0; i < 5; ++i) b.link.send(make_frame(i));
+  b.loop.at(b.loop.now() + 250, [&] { b.link.set_up(false); });  // two have left the queue, none arrived
+  b.loop.at(b.loop.now() + 260, [&] {
+    CHECK(b.link.queued_bytes() == 0);
+    b.link.set_up(true);
+    b.link.send(make_frame(99));
+  });
+  b.loop.run_until_idle();
+  REQUIRE(b.got.size() == 1);
+  CHECK(psn_of(b.got[0].frame) == 99);
+  CHECK(b.link.counters().dropped_down == 15);
+}
+
+TEST_CASE("Link is deterministic for a seed") {
+  LinkParams p = clean(40 * kFrameBytes);
+  p.loss = 0.05;
+  p.corrupt = 0.05;
+  p.duplicate = 0.05;
+  p.reorder_prob = 0.2;
+  p.reorder_max_ns = 3000;
+  p.ecn_min_bytes = 5 * kFrameBytes;
+  p.ecn_max_bytes = 30 * kFrameBytes;
+  p.trim_bytes = 20 * kFrameBytes;
+  auto run = [&](uint64_t seed) {
+    Bench b(p, seed);
+    for (uint32_t i = 0; i < 2000; ++i) b.loop.at(i * 60, [&b, i] { b.link.send(make_frame(i, kPayload, false, 1)); });
+    b.loop.run_until_idle();
+    return b.got;
+  };
+  const auto a = run(42);
+  CHECK(a.size() > 1000);
+  CHECK(a == run(42));
+  CHECK_FALSE(a == run(43));
+}
