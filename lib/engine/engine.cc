@@ -262,11 +262,11 @@ void Engine::Impl::complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, ui
   env.complete(c);
 }
 
-void Engine::Impl::enter_error(Qp& qp, WcStatus cause, Nanos now) {
+void Engine::Impl::enter_error(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit) {
   if (qp.state == QpState::error) return;
   const bool was_active = qp.state == QpState::rts || qp.state == QpState::rtr;
   qp.state = QpState::error;
-  flush(qp, cause, now);
+  flush(qp, cause, now, culprit);
   if (was_active && cause != WcStatus::wr_flush_err) env.qp_error(qp.qpn, cause);
 }
 
@@ -343,9 +343,8 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
   if (op == uint8_t(EndpointOp::port_status_update)) {
     const uint32_t down = p.erth().port_status_mask();
     const IpAddr src = p.src_ip();
-    for (uint32_t qpn : active_qps) {
-      Qp& qp = qps[qpn - kFirstQpn];
-      if (qp.attr.remote[plane].ip != src) continue;
+    for (Qp& qp : qps) {
+      if (!qp.in_use || qp.state != QpState::rts || qp.attr.remote[plane].ip != src) continue;
       const uint32_t newly_down = down & ~qp.peer_planes_down;
       qp.peer_planes_down = down & ((1u << cfg.num_planes) - 1);
       for (uint16_t i = 0; i < qp.evs.size(); ++i) {

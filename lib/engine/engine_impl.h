@@ -189,7 +189,9 @@ struct Engine::Impl {
   const Mr* find_lkey(uint32_t lkey, uint32_t pd) const;
   const Mr* find_rkey(uint32_t rkey, uint32_t pd) const;
   void activate(Qp& qp);
-  void enter_error(Qp& qp, WcStatus cause, Nanos now);
+  // `culprit`: SQ index of the WR that fails with `cause`; the oldest by default.
+  void enter_error(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit);
+  void enter_error(Qp& qp, WcStatus cause, Nanos now) { enter_error(qp, cause, now, qp.sq_head); }
   void complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, uint32_t len, uint32_t imm, bool has_imm);
   bool is_local_ip(const wire::IpAddr& ip, uint32_t plane) const;
   void on_endpoint(uint32_t plane, const wire::Packet& p, Nanos now);
@@ -211,7 +213,7 @@ struct Engine::Impl {
   void ack_through(Qp& qp, uint32_t cack, Nanos now, AckSample& s);
   void ack_one(Qp& qp, uint32_t psn, AckSample& s);
   void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
-  void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now);
+  void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path);
   void advance_una(Qp& qp, Nanos now, bool progress);
   void complete_acked_wqes(Qp& qp, Nanos now);
   void on_rto(Qp& qp, Nanos now);
@@ -219,7 +221,7 @@ struct Engine::Impl {
   void send_tlp(Qp& qp, Nanos now);
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;
-  void flush(Qp& qp, WcStatus cause, Nanos now);
+  void flush(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit);
 
   // responder.cc
   void on_data(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);

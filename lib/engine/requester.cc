@@ -256,13 +256,13 @@ void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, 
 // RACK: a packet is lost once a packet sent more than a reorder window after
 // it has been acknowledged. Spraying reorders by design, so a hole alone
 // proves nothing; timing does.
-void Engine::Impl::detect_losses(Qp& qp, uint32_t upto_psn, Nanos now) {
-  const Nanos reo = std::max(cfg.reorder_window, qp.srtt / 4);
+void Engine::Impl::detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path) {
+  const Nanos reo = std::max(cfg.reorder_window, qp.srtt / 2);
   if (qp.rack_sent_at < reo) return;
   const Nanos before = qp.rack_sent_at - reo;
   for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, upto_psn); psn = psn_add(psn, 1)) {
     const TxPkt& t = qp.win[psn & qp.win_mask];
-    if ((t.flags & kPktInFlight) && t.sent_at < before) mark_lost(qp, psn, QpCtr::rtx_sack, true, now);
+    if ((t.flags & kPktInFlight) && t.sent_at < before) mark_lost(qp, psn, QpCtr::rtx_sack, blame_path, now);
   }
 }
 
@@ -281,12 +281,7 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
 
   AckSample smp;
   uint32_t high = cack;
-  if (s.probe_reply() && s.ack_psn_offset() == kReliabilityProbeId && qp.tlp_outstanding) {
-    // Everything sent before the probe has had time to arrive.
-    qp.tlp_outstanding = false;
-    qp.rack_sent_at = std::max(qp.rack_sent_at, qp.tlp_sent_at);
-    high = psn_add(qp.snd_nxt, -1);
-  }
+  const bool tlp_reply = s.probe_reply() && s.ack_psn_offset() == kReliabilityProbeId && qp.tlp_outstanding;
   if (!s.probe_reply()) {
     const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
     if (in_flight_range(qp, trigger)) {
@@ -315,7 +310,15 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     ack_one(qp, psn, smp);
     if (psn_gt(psn, high)) high = psn;
   }
-  detect_losses(qp, high, now);
+  detect_losses(qp, high, now, true);
+  if (tlp_reply) {
+    // Data sent before the probe has had its chance to arrive. A probe is
+    // small and may overtake queued data, so what this finds is resent but
+    // not blamed on its path.
+    qp.tlp_outstanding = false;
+    qp.rack_sent_at = std::max(qp.rack_sent_at, qp.tlp_sent_at);
+    detect_losses(qp, psn_add(qp.snd_nxt, -1), now, false);
+  }
   advance_una(qp, now, false);
   arm_tlp(qp, now);
   smp.inflight_bytes = qp.inflight_bytes;
@@ -338,14 +341,13 @@ void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
   qp.tlp_at = kNever;
   const int ev = pick_ev(qp, -1);
   if (ev < 0) return;
-  const bool sent =
-      send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
-                [&](const MutablePacket& m) {
-                  m.peth().set_type(kPethType);
-                  m.peth().set_probe_id(kReliabilityProbeId);
-                  m.peth().set_spdcid(qp.qpn & 0xFFFF);
-                  m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
-                });
+  const bool sent = send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
+                              [&](const MutablePacket& m) {
+                                m.peth().set_type(kPethType);
+                                m.peth().set_probe_id(kReliabilityProbeId);
+                                m.peth().set_spdcid(qp.qpn & 0xFFFF);
+                                m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
+                              });
   if (sent) {
     qp.tlp_sent_at = now;
     qp.tlp_outstanding = true;
@@ -396,19 +398,26 @@ void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
     return;
   }
   if ((syn & kAethTypeMask) != kAethTypeNak) return;  // RNR NAK: MRC has no RNR
-  // A NAK acknowledges every PSN before the one it names.
   if (!in_flight_range(qp, psn) && psn != qp.snd_nxt) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
-  ack_through(qp, psn_add(psn, -1), now, smp);
-  advance_una(qp, now, smp.bytes_acked != 0);
-  switch (syn) {
-    case kAethNakPsnSeqErr:
-      go_back_n(qp, psn, QpCtr::rtx_go_back_n);
-      transmit(qp, now, 64);
-      return;
-    case kAethNakInvalidReq: qp.ctr.inc(QpCtr::remote_errors); return enter_error(qp, WcStatus::rem_inv_req_err, now);
-    case kAethNakRemoteAccess: qp.ctr.inc(QpCtr::remote_errors); return enter_error(qp, WcStatus::rem_access_err, now);
-    default: qp.ctr.inc(QpCtr::remote_errors); return enter_error(qp, WcStatus::rem_op_err, now);
+  // In RC a NAK acknowledges every PSN before the one it names; MRC places
+  // out of order, so there it says nothing about earlier PSNs.
+  if (cfg.transport == Transport::rocev2) {
+    ack_through(qp, psn_add(psn, -1), now, smp);
+    advance_una(qp, now, smp.bytes_acked != 0);
+    if (qp.state != QpState::rts) return;
   }
+  if (syn == kAethNakPsnSeqErr) {
+    go_back_n(qp, psn, QpCtr::rtx_go_back_n);
+    transmit(qp, now, 64);
+    return;
+  }
+  qp.ctr.inc(QpCtr::remote_errors);
+  const WcStatus why = syn == kAethNakInvalidReq     ? WcStatus::rem_inv_req_err
+                       : syn == kAethNakRemoteAccess ? WcStatus::rem_access_err
+                                                     : WcStatus::rem_op_err;
+  // The WR that owns the refused PSN fails; every other one is flushed.
+  const uint32_t culprit = in_flight_range(qp, psn) ? qp.win[psn & qp.win_mask].sq_index : qp.sq_head;
+  enter_error(qp, why, now, culprit);
 }
 
 void Engine::Impl::on_cnp(Qp& qp, Nanos now) {
@@ -455,7 +464,7 @@ void Engine::Impl::on_rto(Qp& qp, Nanos now) {
     for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn); psn = psn_add(psn, 1)) {
       const TxPkt& t = qp.win[psn & qp.win_mask];
       if ((t.flags & kPktInFlight) && now - t.sent_at >= rto / 2) {
-        mark_lost(qp, psn, QpCtr::rtx_rto, true, now);
+        mark_lost(qp, psn, QpCtr::rtx_rto, now - t.sent_at >= rto, now);
         any = true;
       }
     }
@@ -487,15 +496,14 @@ void Engine::Impl::complete_acked_wqes(Qp& qp, Nanos now) {
   }
 }
 
-// On entering ERROR every outstanding WR completes: the oldest with the
+// On entering ERROR every outstanding WR completes: the culprit with the
 // cause, the rest flushed, as verbs does.
-void Engine::Impl::flush(Qp& qp, WcStatus cause, Nanos now) {
-  bool first = true;
+void Engine::Impl::flush(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit) {
   while (qp.sq_head != qp.sq_tail) {
-    SqEntry& e = qp.sq[qp.sq_head++ & qp.sq_mask];
-    WcStatus st = e.error != WcStatus::success ? e.error : first ? cause : WcStatus::wr_flush_err;
+    const uint32_t index = qp.sq_head++;
+    const SqEntry& e = qp.sq[index & qp.sq_mask];
+    const WcStatus st = e.error != WcStatus::success ? e.error : index == culprit ? cause : WcStatus::wr_flush_err;
     complete(qp, e.wr.wr_id, st, WcOpcode::rdma_write, 0, 0, false);
-    first = false;
   }
   qp.sq_send = qp.sq_tail;
   while (qp.rq_head != qp.rq_tail) {

@@ -1,0 +1,357 @@
+// Engine behaviours one at a time: error paths, EV health, NACKs and the
+// QP state machine.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "workload.h"
+
+using namespace mrc;
+using namespace mrc::engine;
+
+namespace {
+
+sim::TestNet::Config basic(Transport t = Transport::mrc, uint32_t planes = 4) {
+  sim::TestNet::Config cfg;
+  cfg.planes = planes;
+  cfg.link.rate_gbps = 100;
+  cfg.link.delay_ns = 1000;
+  cfg.engine_template.transport = t;
+  return cfg;
+}
+
+struct Pair {
+  sim::TestNet net;
+  std::vector<uint8_t> src = std::vector<uint8_t>(1 << 20), dst = std::vector<uint8_t>(1 << 20);
+  uint32_t lkey = 0, rkey = 0, x = 0;
+  sim::TestNet::QpPair qp;
+
+  explicit Pair(const sim::TestNet::Config& cfg, QpAttr attr = {},
+                uint32_t dst_access = kAccessLocalWrite | kAccessRemoteWrite)
+      : net(cfg) {
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+    REQUIRE(net.engine(0).reg_mr(1, src.data(), 0x1000, src.size(), kAccessLocalWrite, lkey, x));
+    REQUIRE(net.engine(1).reg_mr(1, dst.data(), 0x900000, dst.size(), dst_access, x, rkey));
+    qp = net.connect_qp_pair(0, 1, attr, 1, 1);
+    REQUIRE(qp);
+  }
+  SendWr write(uint64_t id, uint32_t len, uint64_t off = 0) const {
+    SendWr w;
+    w.wr_id = id;
+    w.local_addr = 0x1000 + off;
+    w.length = len;
+    w.lkey = lkey;
+    w.remote_addr = 0x900000 + off;
+    w.rkey = rkey;
+    return w;
+  }
+  QpInfo info(uint32_t h) {
+    QpInfo qi;
+    net.engine(h).qp_info(h == 0 ? qp.qpn_a : qp.qpn_b, qi);
+    return qi;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a QP whose retries run out ends in ERROR with every WQE flushed exactly once") {
+  QpAttr a;
+  a.timeout = 4;  // 16 us
+  a.retry_linear = 2;
+  a.retry_exp = 2;
+  Pair p(basic(), a);
+  for (uint32_t pl = 0; pl < 4; ++pl) p.net.set_plane_up(pl, false);  // the peer is unreachable
+  for (uint64_t i = 0; i < 5; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 10000, i * 10000)) == 0);
+  p.net.run_until_idle(50'000'000);
+  const auto& c = p.net.completions(0);
+  REQUIRE(c.size() == 5);
+  CHECK(c[0].status == WcStatus::retry_exc_err);
+  for (size_t i = 0; i < c.size(); ++i) {
+    CHECK(c[i].wr_id == i);
+    if (i) CHECK(c[i].status == WcStatus::wr_flush_err);
+  }
+  const QpInfo qi = p.info(0);
+  CHECK(qi.state == QpState::error);
+  CHECK(qi.ctr[QpCtr::retry_exceeded] == 1);
+  CHECK(qi.ctr[QpCtr::rto_fired] == 5);  // 2 linear + 2 exponential retries, then the one that gives up
+  REQUIRE(p.net.qp_errors(0).size() == 1);
+  CHECK(p.net.qp_errors(0)[0].why == WcStatus::retry_exc_err);
+  // A QP in ERROR refuses new work.
+  CHECK(p.net.post_send(0, p.qp.qpn_a, p.write(9, 10)) == EINVAL);
+}
+
+TEST_CASE("retry budget 25 means retry forever") {
+  QpAttr a;
+  a.timeout = 4;
+  a.retry_linear = 7;
+  a.retry_exp = 25;
+  Pair p(basic(), a);
+  for (uint32_t pl = 0; pl < 4; ++pl) p.net.set_plane_up(pl, false);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+  p.net.run_until(200'000'000);
+  CHECK(p.net.completions(0).empty());
+  CHECK(p.info(0).state == QpState::rts);
+  for (uint32_t pl = 0; pl < 4; ++pl) p.net.set_plane_up(pl, true);
+  p.net.run_until_idle(p.net.now() + 20'000'000'000ull);
+  REQUIRE(p.net.completions(0).size() == 1);
+  CHECK(p.net.completions(0)[0].status == WcStatus::success);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 100) == 0);
+}
+
+TEST_CASE("work requests MRC cannot execute complete with an error and send nothing") {
+  Pair p(basic());
+  SendWr ok = p.write(1, 5000);
+  SendWr bad_op = p.write(2, 100);
+  bad_op.opcode = GENERATE(WrOpcode::send, WrOpcode::rdma_read, WrOpcode::atomic);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, ok) == 0);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, bad_op) == 0);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(3, 100)) == 0);
+  p.net.run_until_idle(10'000'000);
+  const auto& c = p.net.completions(0);
+  REQUIRE(c.size() == 3);
+  CHECK(c[0].status == WcStatus::success);  // the WR before completes normally
+  CHECK(c[1].status == WcStatus::loc_qp_op_err);
+  CHECK(c[2].status == WcStatus::wr_flush_err);
+  const QpInfo qi = p.info(0);
+  CHECK(qi.ctr[QpCtr::wqe_bad_opcode] == 1);
+  CHECK(qi.ctr[QpCtr::tx_data_pkts] == 2);  // 5000 bytes at 4 KB MTU; nothing of the bad one
+  CHECK(qi.state == QpState::error);
+}
+
+TEST_CASE("a bad lkey or a local range outside the region fails locally") {
+  Pair p(basic());
+  SendWr w = p.write(1, 100);
+  const bool bad_key = GENERATE(true, false);
+  if (bad_key)
+    w.lkey ^= 0x100000;
+  else
+    w.local_addr = 0x1000 + p.src.size() - 50;  // runs 50 bytes past the end
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, w) == 0);
+  p.net.run_until_idle(10'000'000);
+  REQUIRE(p.net.completions(0).size() == 1);
+  CHECK(p.net.completions(0)[0].status == WcStatus::loc_prot_err);
+  CHECK(p.info(0).ctr[bad_key ? QpCtr::wqe_bad_lkey : QpCtr::wqe_bad_length] == 1);
+  CHECK(p.info(0).ctr[QpCtr::tx_data_pkts] == 0);
+}
+
+TEST_CASE("a bad rkey, a region without remote write, or an out-of-bounds address is refused by the responder") {
+  const int which = GENERATE(0, 1, 2);
+  const auto transport = GENERATE(Transport::mrc, Transport::rocev2);
+  INFO("case " << which << (transport == Transport::mrc ? " mrc" : " rocev2"));
+  Pair p(basic(transport), {}, which == 1 ? kAccessLocalWrite : kAccessLocalWrite | kAccessRemoteWrite);
+  SendWr w = p.write(1, 9000);
+  if (which == 0) w.rkey ^= 0x1000;
+  if (which == 2) w.remote_addr = 0x900000 + p.dst.size() - 4096;
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, w) == 0);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 100, 500000)) == 0);
+  p.net.run_until_idle(10'000'000);
+  const auto& c = p.net.completions(0);
+  REQUIRE(c.size() == 2);
+  if (which == 1) {
+    // Both WRs target the closed region: whichever refusal arrives first
+    // fails its WR, and the other is flushed.
+    CHECK(((c[0].status == WcStatus::rem_access_err) != (c[1].status == WcStatus::rem_access_err)));
+    CHECK(((c[0].status == WcStatus::wr_flush_err) != (c[1].status == WcStatus::wr_flush_err)));
+  } else {
+    CHECK(c[0].status == WcStatus::rem_access_err);
+    CHECK(c[1].status == WcStatus::wr_flush_err);
+  }
+  CHECK(p.info(0).state == QpState::error);
+  const QpCtr ctr = which == 0   ? QpCtr::rx_drop_bad_rkey
+                    : which == 1 ? QpCtr::rx_drop_no_access
+                                 : QpCtr::rx_drop_out_of_bounds;
+  CHECK(p.info(1).ctr[ctr] >= 1);
+  // Refused packets wrote nothing. (Out of bounds, the packets that fell
+  // inside the region were placed: the region is the limit, not the message.)
+  if (which != 2) CHECK(std::all_of(p.dst.begin(), p.dst.begin() + 9000, [](uint8_t b) { return b == 0; }));
+}
+
+TEST_CASE("a denied EV carries no more traffic, and a restored one does again") {
+  QpAttr a;
+  for (uint32_t i = 0; i < 8; ++i) a.ev.evs.push_back(EvEntry{0xC000 + i, static_cast<uint8_t>(i % 4)});
+  Pair p(basic(), a);
+  REQUIRE(p.net.engine(0).set_ev_state(p.qp.qpn_a, 3, EvState::denied, p.net.now()));
+  for (uint64_t i = 0; i < 20; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 40000, i * 40000)) == 0);
+  p.net.run_until_idle(50'000'000);
+  auto evs = p.net.engine(0).ev_info(p.qp.qpn_a);
+  CHECK(evs[3].state == EvState::denied);
+  CHECK(evs[3].ctr[EvCtr::tx_pkts] == 0);
+  CHECK(evs[7].ctr[EvCtr::tx_pkts] > 0);  // the other EV of that plane took its share
+  CHECK(p.net.completions(0).size() == 20);
+
+  REQUIRE(p.net.engine(0).set_ev_state(p.qp.qpn_a, 3, EvState::good, p.net.now()));
+  p.net.poll(0);
+  for (uint64_t i = 0; i < 10; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(100 + i, 40000, i * 40000)) == 0);
+  p.net.run_until_idle(p.net.now() + 50'000'000);
+  CHECK(p.net.engine(0).ev_info(p.qp.qpn_a)[3].ctr[EvCtr::tx_pkts] > 0);
+}
+
+TEST_CASE("a silently failed plane's EVs become ASSUMED_BAD with events, and come back when it heals") {
+  Pair p(basic());
+  p.net.set_plane_up(2, false);
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+  p.net.run_until_idle(20'000'000);
+  REQUIRE(p.net.completions(0).size() == 16);
+  for (const auto& c : p.net.completions(0)) CHECK(c.status == WcStatus::success);
+  auto evs = p.net.engine(0).ev_info(p.qp.qpn_a);
+  size_t bad_on_2 = 0, bad_elsewhere = 0;
+  for (const auto& e : evs) {
+    if (e.state != EvState::assumed_bad) continue;
+    (e.plane == 2 ? bad_on_2 : bad_elsewhere)++;
+  }
+  CHECK(bad_on_2 > 0);
+  CHECK(bad_elsewhere == 0);
+  CHECK_FALSE(p.net.ev_events(0).empty());
+  // Default EVs are 0xC000 + i on plane i % 4. Queueing differences between
+  // planes may briefly cost a healthy EV its place (a probe brings it back),
+  // but the failed plane's EVs only ever go down.
+  size_t plane2_events = 0;
+  for (const auto& ev : p.net.ev_events(0)) {
+    if ((ev.ev - 0xC000) % 4 != 2) continue;
+    ++plane2_events;
+    INFO("ev " << std::hex << ev.ev << " at " << std::dec << ev.t);
+    CHECK(ev.to == EvState::assumed_bad);
+  }
+  CHECK(plane2_events > 0);
+
+  p.net.set_plane_up(2, true);
+  p.net.run_until(p.net.now() + 10'000'000);  // probes back off to at most 2 ms
+  evs = p.net.engine(0).ev_info(p.qp.qpn_a);
+  for (const auto& e : evs) CHECK(e.state == EvState::good);
+  bool recovered_event = false;
+  for (const auto& ev : p.net.ev_events(0)) recovered_event |= ev.to == EvState::good;
+  CHECK(recovered_event);
+}
+
+TEST_CASE("a port status update stops traffic on the peer's downed plane at once") {
+  Pair p(basic());
+  p.net.engine(1).set_plane_up(3, false, p.net.now());
+  p.net.engine(1).send_port_status(p.net.now());
+  p.net.poll(1);
+  p.net.run_until(p.net.now() + 10'000);
+  for (uint64_t i = 0; i < 8; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+  p.net.run_until_idle(p.net.now() + 20'000'000);
+  CHECK(p.net.completions(0).size() == 8);
+  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
+    if (e.plane == 3) {
+      CHECK(e.ctr[EvCtr::tx_pkts] == 0);
+      CHECK(e.state == EvState::assumed_bad);
+    }
+  }
+  CHECK(p.info(0).ctr[QpCtr::tx_retransmits] == 0);  // nothing was lost finding out
+}
+
+TEST_CASE("ECN marks turn into SKIP marks and trims into NACKs and quick retransmits") {
+  auto cfg = basic();
+  cfg.link.queue_bytes = 256 * 1024;
+  cfg.link.ecn_min_bytes = 8 * 1024;
+  cfg.link.ecn_max_bytes = 32 * 1024;
+  cfg.link.trim_bytes = 48 * 1024;
+  cfg.link.rate_gbps = 25;  // the receiver's downlinks are the bottleneck
+  QpAttr a;
+  a.cc.algo = CcAlgo::none;
+  a.cc.fixed_window_bytes = 4 << 20;  // overdrive the links on purpose
+  Pair p(cfg, a);
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 65536, i * 65536)) == 0);
+  p.net.run_until_idle(100'000'000);
+  REQUIRE(p.net.completions(0).size() == 16);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 16 * 65536) == 0);
+  const QpInfo tx = p.info(0), rx = p.info(1);
+  CHECK(rx.ctr[QpCtr::rx_ecn_marked] > 0);
+  CHECK(rx.ctr[QpCtr::rx_trimmed] > 0);
+  CHECK(rx.ctr[QpCtr::tx_nacks] == rx.ctr[QpCtr::rx_trimmed]);
+  CHECK(tx.ctr[QpCtr::rtx_nack] > 0);
+  uint64_t ecn_on_evs = 0, trims_on_evs = 0;
+  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
+    ecn_on_evs += e.ctr[EvCtr::ecn_marks];
+    trims_on_evs += e.ctr[EvCtr::trims];
+  }
+  CHECK(ecn_on_evs > 0);
+  CHECK(trims_on_evs == tx.ctr[QpCtr::rtx_nack]);
+}
+
+TEST_CASE("the responder NACKs PSNs beyond its window") {
+  QpAttr a;
+  a.mpr = 8;       // requester may run 1024 PSNs ahead ...
+  a.mpr_dest = 1;  // ... but the responder tracks only 128
+  a.cc.algo = CcAlgo::none;
+  a.cc.fixed_window_bytes = 8 << 20;
+  auto cfg = basic();
+  cfg.link.loss = 0.01;  // a hole holds the window back
+  Pair p(cfg, a);
+  for (uint64_t i = 0; i < 4; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 256 * 1024, i * 256 * 1024)) == 0);
+  p.net.run_until_idle(200'000'000);
+  REQUIRE(p.net.completions(0).size() == 4);
+  for (const auto& c : p.net.completions(0)) CHECK(c.status == WcStatus::success);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 1 << 20) == 0);
+  CHECK(p.info(1).ctr[QpCtr::rx_drop_psn_oor] > 0);
+}
+
+TEST_CASE("WRITE_IMM with no posted receive moves the responder QP to ERROR") {
+  Pair p(basic());
+  SendWr w = p.write(1, 100);
+  w.opcode = WrOpcode::rdma_write_with_imm;
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, w) == 0);
+  p.net.run_until_idle(10'000'000);
+  CHECK(p.info(1).state == QpState::error);
+  CHECK(p.info(1).ctr[QpCtr::rx_drop_no_recv_wqe] == 1);
+}
+
+TEST_CASE("QP state machine: only verbs transitions, attributes checked") {
+  sim::TestNet net(basic());
+  Engine& e = net.engine(0);
+  const uint32_t qpn = e.create_qp(1, {});
+  REQUIRE(qpn);
+  QpAttr a;
+  CHECK(e.modify_qp(qpn, QpState::rts, a, 0) == ModifyError::bad_transition);
+  CHECK(e.modify_qp(qpn, QpState::init, a, 0) == ModifyError::ok);
+  QpAttr bad = a;
+  bad.pmtu = 100;
+  CHECK(e.modify_qp(qpn, QpState::rtr, bad, 0) == ModifyError::bad_attr);
+  a.remote = net.addrs(1);
+  CHECK(e.modify_qp(qpn, QpState::rtr, a, 0) == ModifyError::ok);
+  bad = a;
+  bad.retry_linear = 8;
+  CHECK(e.modify_qp(qpn, QpState::rts, bad, 0) == ModifyError::bad_attr);
+  bad = a;
+  bad.timeout = 25;
+  CHECK(e.modify_qp(qpn, QpState::rts, bad, 0) == ModifyError::bad_attr);
+  CHECK(e.modify_qp(qpn, QpState::rts, a, 0) == ModifyError::ok);
+  CHECK(e.modify_qp(qpn, QpState::error, a, 0) == ModifyError::ok);
+  QpInfo qi;
+  REQUIRE(e.qp_info(qpn, qi));
+  CHECK(qi.state == QpState::error);
+  CHECK(e.modify_qp(qpn, QpState::reset, a, 0) == ModifyError::ok);
+  REQUIRE(e.qp_info(qpn, qi));
+  CHECK(qi.state == QpState::reset);
+  CHECK(e.modify_qp(0xFFFFF, QpState::init, a, 0) == ModifyError::no_qp);
+  CHECK(ack_timeout_ns(Transport::mrc, 8) == 262144);
+  CHECK(ack_timeout_ns(Transport::rocev2, 8) == 1048576);
+}
+
+TEST_CASE("malformed and foreign frames are counted and dropped") {
+  sim::TestNet net(basic());
+  Engine& e = net.engine(0);
+  std::vector<uint8_t> junk(100, 0xAB);
+  e.on_rx(0, junk, 0);
+  e.on_rx(9, junk, 0);
+  CHECK(e.counters()[DevCtr::rx_drop_not_ip] == 1);
+  CHECK(e.counters()[DevCtr::rx_drop_bad_plane] == 1);
+  // A well-formed frame to a QP that does not exist.
+  wire::Addressing a;
+  a.src_ip = net.addr(1, 0).ip;
+  a.dst_ip = net.addr(0, 0).ip;
+  std::vector<uint8_t> buf(256);
+  auto m = wire::begin_frame(buf, a, uint8_t(wire::Opcode::mrc_sack), false, 0);
+  m.bth().set_dest_qp(0x777);
+  wire::finish_frame(m);
+  e.on_rx(0, {buf.data(), m.at.size}, 0);
+  CHECK(e.counters()[DevCtr::rx_drop_unknown_qp] == 1);
+  // The same frame to an address that is not ours.
+  e.on_rx(1, {buf.data(), m.at.size}, 0);
+  CHECK(e.counters()[DevCtr::rx_drop_not_ours] == 1);
+  buf[m.at.payload - 1] ^= 1;
+  e.on_rx(0, {buf.data(), m.at.size}, 0);
+  CHECK(e.counters()[DevCtr::rx_drop_bad_icrc] == 1);
+}
