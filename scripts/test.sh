@@ -41,7 +41,7 @@ step "build (ASan + UBSan)"
 [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
   -Dbuildtype=debugoptimized >/dev/null
 # Only the DPDK-free targets: EAL under ASan is not what this tree tests.
-ninja -C build-asan test/unit-tests test/parser-property; record build-asan $?
+ninja -C build-asan test/unit-tests test/engine-tests test/parser-property; record build-asan $?
 
 step "tests (release)"
 run_meson_tests build release

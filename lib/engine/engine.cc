@@ -191,8 +191,8 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos n
     qp.attr.max_wimm_dest = a.max_wimm_dest;
     qp.rcv_cack = psn_add(qp.attr.rq_psn, -1);
     qp.rcv_window = a.mpr_dest * kMprUnitPsns;
-    const uint32_t bits = std::bit_ceil(qp.rcv_window);
-    qp.rcv_bits.assign(bits / 64 + 1, 0);
+    const uint32_t bits = std::bit_ceil(std::max<uint32_t>(qp.rcv_window, 128));
+    qp.rcv_bits.assign(bits / 64, 0);
     qp.rcv_bits_mask = bits - 1;
     qp.stash.assign(a.max_wimm_dest, ImmStash{});
     qp.rc_msn = 0;

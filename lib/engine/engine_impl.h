@@ -5,7 +5,6 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "engine/cc.h"
@@ -168,12 +167,30 @@ inline bool window_open(const Qp& qp, uint32_t len) {
   return qp.inflight_bytes == 0 || qp.inflight_bytes + len <= qp.cc->window_bytes();
 }
 
+// splitmix64: tiny, fast and good enough to spread EV choices; seeded, so a
+// simulation replays exactly.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : s_(seed) {}
+  uint64_t operator()() {
+    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, n) without a division.
+  uint32_t below(uint32_t n) { return static_cast<uint32_t>((((*this)() >> 32) * n) >> 32); }
+
+ private:
+  uint64_t s_;
+};
+
 struct Engine::Impl {
   Impl(const EngineConfig& c, Env& e);
 
   EngineConfig cfg;
   Env& env;
-  std::mt19937_64 rng;
+  Rng rng;
   Counters<DevCtr> ctr;
   std::vector<Mr> mrs;
   std::vector<Qp> qps;  // index = qpn - kFirstQpn

@@ -28,6 +28,20 @@ void bit_clear(Qp& qp, uint32_t psn) {
   qp.rcv_bits[i >> 6] &= ~(1ull << (i & 63));
 }
 
+// The 64 receive bits from `base` on, as SACK bitmap bit 0 up; PSNs at or
+// beyond the window read as zero (their ring slots belong to older PSNs).
+uint64_t bits_from(const Qp& qp, uint32_t base) {
+  const int32_t off = psn_diff(base, qp.rcv_cack);
+  const int32_t valid = int32_t(qp.rcv_window) - off;
+  if (off <= 0 || valid <= 0) return 0;
+  const uint32_t i = base & qp.rcv_bits_mask;
+  const uint32_t words_mask = static_cast<uint32_t>(qp.rcv_bits.size() - 1);
+  const uint32_t w = i >> 6, sh = i & 63;
+  uint64_t v = qp.rcv_bits[w] >> sh;
+  if (sh) v |= qp.rcv_bits[(w + 1) & words_mask] << (64 - sh);
+  return valid >= 64 ? v : v & ((1ull << valid) - 1);
+}
+
 }  // namespace
 
 void Engine::Impl::schedule_ack(Qp& qp, bool immediate, Nanos now) {
@@ -157,12 +171,7 @@ void Engine::Impl::send_sack(Qp& qp, Nanos now, bool probe_reply, uint16_t probe
     uint32_t base = psn_add(cack, 1);
     const int32_t reach = psn_diff(qp.ack_trigger_psn, base);
     if (!probe_reply && reach >= int32_t(kSackBitmapBits)) base = psn_add(qp.ack_trigger_psn, -63);
-    uint64_t bitmap = 0;
-    for (uint32_t i = 0; i < kSackBitmapBits; ++i) {
-      const uint32_t psn = psn_add(base, i);
-      if (psn_diff(psn, cack) > 0 && psn_diff(psn, cack) < int32_t(qp.rcv_window) && bit_get(qp, psn))
-        bitmap |= 1ull << i;
-    }
+    const uint64_t bitmap = bits_from(qp, base);
     const int32_t trig_off = psn_diff(qp.ack_trigger_psn, cack);
     sent = send_ctrl(qp, plane, uint8_t(Opcode::mrc_sack), qp.ack_trigger_ev, cack, [&](const MutablePacket& m) {
       SethRef s = m.seth();

@@ -30,6 +30,15 @@ void Engine::Impl::build_evs(Qp& qp) {
     for (uint32_t i = 0; i < 16 * planes; ++i) entries.push_back(EvEntry{0xC000 + i, static_cast<uint8_t>(i % planes)});
   }
   const uint32_t per_plane = qp.attr.ev.active_per_plane;
+  // EVs move between a plane's spray set and its spares on the fast path:
+  // give both room for all of the plane's EVs now so that never allocates.
+  std::array<uint32_t, kMaxPlanes> on_plane{};
+  for (const EvEntry& e : entries) ++on_plane[e.plane];
+  for (uint32_t p = 0; p < kMaxPlanes; ++p) {
+    qp.active[p].reserve(on_plane[p]);
+    qp.backups[p].reserve(on_plane[p]);
+  }
+  qp.evs.reserve(entries.size());
   std::array<uint32_t, kMaxPlanes> seen{};
   for (const EvEntry& e : entries) {
     Ev ev;
@@ -56,7 +65,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
     return plane_up[p] && env.tx_room(p) ? 0 : -1;
   }
   const uint32_t planes = cfg.num_planes;
-  const uint32_t start = static_cast<uint32_t>(rng() % planes);
+  const uint32_t start = rng.below(planes);
   int best = -1;
   for (uint32_t k = 0; k < planes; ++k) {
     const uint32_t p = (start + k) % planes;
@@ -67,7 +76,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
   auto& set = qp.active[best];
   const uint32_t picks = ++qp.plane_picks[best];
   const uint32_t n = static_cast<uint32_t>(set.size());
-  uint32_t i = static_cast<uint32_t>(rng() % n);
+  uint32_t i = rng.below(n);
   int fallback = -1;
   for (uint32_t k = 0; k < n; ++k, i = (i + 1) % n) {
     Ev& ev = qp.evs[set[i]];

@@ -355,3 +355,41 @@ TEST_CASE("malformed and foreign frames are counted and dropped") {
   e.on_rx(0, {buf.data(), m.at.size}, 0);
   CHECK(e.counters()[DevCtr::rx_drop_bad_icrc] == 1);
 }
+
+TEST_CASE("RoCEv2 with DCQCN: ECN marks become CNPs and the sender slows down") {
+  // The same transfer into a 4x slower path, with and without DCQCN: with
+  // it, CNPs flow and the queue (hence the marking) stays far lower.
+  auto run = [](CcAlgo algo, uint64_t& cnps_sent, uint64_t& cnps_received) {
+    auto cfg = basic(Transport::rocev2, 1);
+    cfg.link.rate_gbps = 25;
+    cfg.link.queue_bytes = 4 << 20;
+    cfg.link.ecn_min_bytes = 16 * 1024;
+    cfg.link.ecn_max_bytes = 64 * 1024;
+    cfg.engine_template.cnp_interval = 5000;
+    QpAttr a;
+    a.timeout = 10;
+    a.mpr = 16;
+    a.cc.algo = algo;
+    a.cc.fixed_window_bytes = 1 << 30;
+    a.cc.dcqcn.line_rate_gbps = 100;
+    a.cc.dcqcn.rate_period = 5000;
+    a.cc.dcqcn.alpha_period = 5000;
+    Pair p(cfg, a);
+    for (uint64_t i = 0; i < 8; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 120000, i * 120000)) == 0);
+    p.net.run_until_idle(500'000'000);
+    REQUIRE(p.net.completions(0).size() == 8);
+    for (const auto& c : p.net.completions(0)) CHECK(c.status == WcStatus::success);
+    CHECK(std::memcmp(p.src.data(), p.dst.data(), 8 * 120000) == 0);
+    cnps_sent = p.info(1).ctr[QpCtr::tx_cnps];
+    cnps_received = p.info(0).ctr[QpCtr::rx_cnps];
+    return p.info(1).ctr[QpCtr::rx_ecn_marked];
+  };
+  uint64_t sent = 0, received = 0, sent_none = 0, received_none = 0;
+  const uint64_t marked_dcqcn = run(CcAlgo::dcqcn, sent, received);
+  const uint64_t marked_none = run(CcAlgo::none, sent_none, received_none);
+  CHECK(sent > 0);
+  CHECK(received == sent);
+  INFO("marked with DCQCN " << marked_dcqcn << ", without " << marked_none);
+  CHECK(marked_dcqcn * 2 < marked_none);
+  CHECK(marked_none > 100);
+}
