@@ -46,7 +46,7 @@ ninja -C build-asan test/unit-tests test/engine-tests test/parser-property; reco
 step "tests (release)"
 run_meson_tests build release
 
-step "tests (ASan + UBSan: unit and 1M-frame parser property test)"
+step "tests (ASan + UBSan: unit, engine and the 1M-frame parser property test)"
 ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   run_meson_tests build-asan sanitizer --suite unit --suite fuzz
 
