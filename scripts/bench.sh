@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints the figures recorded in BENCHMARKS.md.
-# usage: scripts/bench.sh [wire]   (more benchmarks join as the datapath lands)
+# usage: scripts/bench.sh [wire|engine]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build >/dev/null
@@ -13,6 +13,13 @@ case "$what" in
     echo
     echo "== wire library, one core, 1 KB payload"
     build/test/wire-bench --rounds 9 --iters 300000 --payload 1024
+    ;;
+  engine)
+    echo "== protocol engine, both ends on one core, 4 KB MTU"
+    build/test/engine-bench --packets 1000000
+    echo
+    echo "== protocol engine, 1 KB MTU"
+    build/test/engine-bench --packets 1000000 --mtu 1024
     ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;
 esac
