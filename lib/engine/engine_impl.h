@@ -99,6 +99,7 @@ struct Qp {
   uint32_t snd_nxt = 0;
   uint32_t psn_tail = 0;  // next PSN a posted WQE will get
   Nanos srtt = 0;
+  Nanos rttvar = 0;
   std::vector<uint32_t> rtx;  // PSNs to resend, FIFO
   uint32_t rtx_head = 0, rtx_tail = 0;
   uint64_t inflight_bytes = 0;
@@ -235,6 +236,7 @@ struct Engine::Impl {
   void complete_acked_wqes(Qp& qp, Nanos now);
   void on_rto(Qp& qp, Nanos now);
   void arm_tlp(Qp& qp, Nanos now);
+  Nanos reorder_window(const Qp& qp) const;
   void send_tlp(Qp& qp, Nanos now);
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;

@@ -31,6 +31,19 @@ constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
 bool in_flight_range(const Qp& qp, uint32_t psn) { return psn_in_window(psn, qp.snd_una, qp.snd_nxt - qp.snd_una); }
 
+// RFC 6298 smoothing. The variance matters more than the mean here: paths
+// of one QP differ by their queues, and that spread is what reordering is.
+void update_rtt(Qp& qp, Nanos sample) {
+  if (!qp.srtt) {
+    qp.srtt = sample;
+    qp.rttvar = sample / 2;
+    return;
+  }
+  const Nanos err = sample > qp.srtt ? sample - qp.srtt : qp.srtt - sample;
+  qp.rttvar = (3 * qp.rttvar + err) / 4;
+  qp.srtt = (7 * qp.srtt + sample) / 8;
+}
+
 }  // namespace
 
 int Engine::Impl::post_send(Qp& qp, const SendWr& wr, Nanos now) {
@@ -256,8 +269,12 @@ void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, 
 // RACK: a packet is lost once a packet sent more than a reorder window after
 // it has been acknowledged. Spraying reorders by design, so a hole alone
 // proves nothing; timing does.
+Nanos Engine::Impl::reorder_window(const Qp& qp) const {
+  return std::max(cfg.reorder_window, qp.srtt / 2 + 2 * qp.rttvar);
+}
+
 void Engine::Impl::detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path) {
-  const Nanos reo = std::max(cfg.reorder_window, qp.srtt / 2);
+  const Nanos reo = reorder_window(qp);
   if (qp.rack_sent_at < reo) return;
   const Nanos before = qp.rack_sent_at - reo;
   for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, upto_psn); psn = psn_add(psn, 1)) {
@@ -290,7 +307,7 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
       ev.ctr.inc(EvCtr::acks);
       if (!(t.flags & kPktAcked) && t.tx_count == 1) {  // Karn: no samples from retransmissions
         smp.rtt_ns = now - t.sent_at;
-        qp.srtt = qp.srtt ? (qp.srtt * 7 + smp.rtt_ns) / 8 : smp.rtt_ns;
+        update_rtt(qp, smp.rtt_ns);
       }
       if (mark != SkipMark::none) {
         ev.ctr.inc(EvCtr::ecn_marks);

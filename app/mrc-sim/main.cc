@@ -1,0 +1,743 @@
+// mrc-sim: runs the real protocol engine on a simulated multi-plane
+// leaf-spine fabric and prints one JSON summary. Deterministic: the same
+// config and seed give byte-identical stdout (wall time goes to stderr).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "pcap/pcap_file.h"
+#include "sim/fabric.h"
+
+using namespace mrc;
+using namespace mrc::engine;
+
+namespace {
+
+struct Options {
+  std::string scenario = "custom";
+  std::string transport = "mrc";
+  uint64_t seed = 1;
+  // Fabric.
+  uint32_t hosts = 2;
+  uint32_t planes = 1;
+  uint32_t hosts_per_leaf = 16;
+  uint32_t spines = 0;
+  double oversubscription = 1.0;
+  double host_rate_gbps = 100, fabric_rate_gbps = 100;
+  double host_delay_ns = 500, fabric_delay_ns = 500;
+  uint32_t host_queue_bytes = 1 << 20, fabric_queue_bytes = 1 << 20;
+  uint32_t ecn_min_bytes = 0, ecn_max_bytes = 0;
+  uint32_t trim_bytes = 0;
+  double loss = 0, corrupt = 0, duplicate = 0;
+  bool host_link_impairments = true;  // loss etc. on host links too, not only fabric links
+  // Workload.
+  std::string workload = "single";
+  std::vector<uint32_t> message_bytes{1 << 20};
+  uint32_t messages = 8;  // per QP
+  uint32_t qps_per_pair = 1;
+  uint32_t outstanding = 4;  // messages in flight per QP
+  uint32_t imm_every = 4;    // every n-th message (and the last) is a WRITE_IMM
+  uint32_t incast_degree = 4;
+  bool victim = false;
+  // Engine.
+  uint32_t evs = 16;  // per QP, spread over planes
+  uint32_t ev_active_per_plane = 0;
+  uint32_t mtu = 4096;
+  uint32_t base_rtt_ns = 5000;
+  uint32_t target_delay_ns = 0;
+  int timeout = -1;  // -1: ~131 us for either transport
+  int retry_exp = -1;
+  uint32_t mpr = 8;
+  // Failures.
+  int fail_plane = -1;
+  std::string fail_link;    // host:PLANE:HOST or fabric:PLANE:INDEX
+  std::string fail_switch;  // leaf:PLANE:INDEX or spine:PLANE:INDEX
+  double fail_at_us = -1, restore_at_us = -1, flap_period_us = 0;
+  bool port_status = false;
+  // Run and output.
+  double duration_us = 1e6;
+  double sample_us = 1;
+  double recovery_window_us = 5;
+  std::string timeline;
+  double timeline_interval_us = 10;
+  std::string pcap;
+  bool report_wall = false;
+};
+
+inline uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// One QP of a flow. Messages rotate through `outstanding` destination slots;
+// a slot is checked and cleared when its message completes, before reuse.
+struct QpRun {
+  uint32_t flow = 0;
+  uint32_t src = 0, dst = 0;
+  uint32_t qpn_req = 0, qpn_resp = 0;
+  std::vector<uint8_t> src_buf, dst_buf;
+  uint32_t lkey = 0, rkey = 0;
+  uint32_t posted = 0, completed = 0;
+  uint32_t recv_posted = 0, imm_total = 0, imm_seen = 0;
+  bool failed = false;
+};
+
+struct FlowRun {
+  uint32_t src = 0, dst = 0;
+  bool victim = false;
+  uint64_t bytes_done = 0;
+  Nanos last_done = 0;
+  uint32_t qps_done = 0;
+};
+
+constexpr uint64_t kSrcIova = 0x100000000ull;
+constexpr uint64_t kDstIova = 0x800000000ull;
+constexpr uint32_t kSrcShift = 64;  // message i reads from offset (i % 64) * 64
+constexpr uint32_t kRecvWindow = 32;
+constexpr Nanos kStart = 1000;
+
+class Sim {
+ public:
+  explicit Sim(const Options& o) : o_(o) {}
+
+  int run();
+
+ private:
+  uint32_t msg_len(uint32_t i) const { return o_.message_bytes[i % o_.message_bytes.size()]; }
+  uint32_t max_msg() const { return *std::max_element(o_.message_bytes.begin(), o_.message_bytes.end()); }
+  bool is_imm(uint32_t i) const {
+    return (o_.imm_every && i % o_.imm_every == o_.imm_every - 1) || i + 1 == o_.messages;
+  }
+  Transport transport() const { return o_.transport == "rocev2" ? Transport::rocev2 : Transport::mrc; }
+
+  bool build_flows(std::string& err);
+  bool setup_qp(QpRun& q, uint32_t global_index);
+  void post_next(uint32_t qi);
+  void on_completion(uint32_t h, const Completion& c);
+  void sample();
+  void schedule_failures();
+  void apply_failure(bool up);
+  std::optional<double> recovery_us() const;
+
+  Options o_;
+  std::unique_ptr<sim::Fabric> net_;
+  std::vector<FlowRun> flows_;
+  std::vector<QpRun> qps_;
+  std::map<uint64_t, uint32_t> req_index_, resp_index_;  // host << 32 | qpn -> qps_ index
+  uint32_t qps_terminal_ = 0;
+  uint64_t integrity_failures_ = 0, order_failures_ = 0, error_completions_ = 0;
+  Nanos last_done_ = 0;
+  uint64_t bytes_done_ = 0;
+  // Samples of cumulative placed bytes (responder rx_data_bytes) every sample_us.
+  std::vector<uint64_t> placed_;
+  std::vector<uint64_t> retx_;
+  std::vector<std::array<uint64_t, kMaxPlanes>> plane_bytes_;
+  Nanos fail_ns_ = kNever;
+  pcap::Writer pcap_;
+};
+
+bool Sim::build_flows(std::string& err) {
+  const uint32_t H = o_.hosts;
+  auto add = [&](uint32_t s, uint32_t d, bool victim) { flows_.push_back({s, d, victim, 0, 0, 0}); };
+  if (o_.workload == "single") {
+    // Across leaves when there is more than one, so the flow crosses spines.
+    add(0, H > o_.hosts_per_leaf ? o_.hosts_per_leaf : 1, false);
+  } else if (o_.workload == "permutation") {
+    // A random cyclic order: every host sends to the next, none to itself.
+    std::vector<uint32_t> order(H);
+    for (uint32_t i = 0; i < H; ++i) order[i] = i;
+    uint64_t r = mix(o_.seed ^ 0x7065726Dull);
+    for (uint32_t i = H - 1; i > 0; --i) {
+      r = mix(r);
+      std::swap(order[i], order[r % (i + 1)]);
+    }
+    for (uint32_t i = 0; i < H; ++i) add(order[i], order[(i + 1) % H], false);
+  } else if (o_.workload == "incast") {
+    // Receiver host 0; senders from the next leaf on, so incast crosses the
+    // spines into host 0's leaf. The victim goes from the last host to host 1,
+    // sharing those spine-to-leaf links but not host 0's downlink.
+    const uint32_t first = H > o_.hosts_per_leaf ? o_.hosts_per_leaf : 1;
+    if (first + o_.incast_degree + (o_.victim ? 1 : 0) > H) {
+      err = "incast: not enough hosts for the degree (and victim)";
+      return false;
+    }
+    for (uint32_t i = 0; i < o_.incast_degree; ++i) add(first + i, 0, false);
+    if (o_.victim) {
+      if (first < 2) {
+        err = "incast victim needs hosts_per_leaf >= 2 and more than one leaf";
+        return false;
+      }
+      add(H - 1, 1, true);
+    }
+  } else if (o_.workload == "alltoall") {
+    for (uint32_t s = 0; s < H; ++s)
+      for (uint32_t k = 1; k < H; ++k) add(s, (s + k) % H, false);
+  } else {
+    err = "unknown workload " + o_.workload;
+    return false;
+  }
+  return true;
+}
+
+bool Sim::setup_qp(QpRun& q, uint32_t gi) {
+  QpAttr a;
+  a.pmtu = o_.mtu;
+  const Transport t = transport();
+  a.timeout = static_cast<uint8_t>(o_.timeout >= 0 ? o_.timeout : (t == Transport::mrc ? 7 : 5));
+  a.retry_linear = 7;
+  a.retry_exp = static_cast<uint8_t>(o_.retry_exp >= 0 ? o_.retry_exp : (t == Transport::mrc ? 25 : 0));
+  a.mpr = a.mpr_dest = o_.mpr;
+  // EVs spread equally over planes; the rotation binds RoCEv2 QPs (which use
+  // only the first EV) to planes round-robin.
+  const uint32_t rot = gi % o_.planes;
+  for (uint32_t i = 0; i < std::max<uint32_t>(1, o_.evs); ++i)
+    a.ev.evs.push_back(EvEntry{0xC000u | ((gi * 977u + i) & 0x3FFF), static_cast<uint8_t>((i + rot) % o_.planes)});
+  a.ev.active_per_plane = o_.ev_active_per_plane;
+  if (t == Transport::mrc) {
+    a.cc.algo = CcAlgo::nscc;
+    a.cc.nscc.base_rtt = o_.base_rtt_ns;
+    a.cc.nscc.target_delay = o_.target_delay_ns;
+  } else {
+    a.cc.algo = CcAlgo::dcqcn;
+    a.cc.dcqcn.line_rate_gbps = o_.host_rate_gbps;  // one plane per QP
+  }
+  const uint32_t imm_total = [&] {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < o_.messages; ++i) n += is_imm(i);
+    return n;
+  }();
+  auto pair = net_->connect_qp_pair(q.src, q.dst, a, 1, 1, QpCaps{std::max(o_.outstanding, 1u) + 4, kRecvWindow + 4});
+  if (!pair) return false;
+  q.qpn_req = pair.qpn_a;
+  q.qpn_resp = pair.qpn_b;
+  q.imm_total = imm_total;
+
+  // A per-flow byte pattern; message i starts at a different offset of it.
+  const uint32_t m = max_msg();
+  q.src_buf.resize(size_t(m) + kSrcShift * 64);
+  uint64_t r = mix(o_.seed ^ (uint64_t(gi) << 20));
+  for (size_t i = 0; i < q.src_buf.size(); i += 8) {
+    r = mix(r);
+    std::memcpy(q.src_buf.data() + i, &r, std::min<size_t>(8, q.src_buf.size() - i));
+  }
+  q.dst_buf.assign(size_t(m) * std::max(o_.outstanding, 1u), 0);
+  uint32_t unused = 0;
+  if (!net_->engine(q.src).reg_mr(1, q.src_buf.data(), kSrcIova + (uint64_t(gi) << 32 >> 4), q.src_buf.size(),
+                                  kAccessLocalWrite, q.lkey, unused))
+    return false;
+  if (!net_->engine(q.dst).reg_mr(1, q.dst_buf.data(), kDstIova + (uint64_t(gi) << 32 >> 4), q.dst_buf.size(),
+                                  kAccessLocalWrite | kAccessRemoteWrite, unused, q.rkey))
+    return false;
+  for (; q.recv_posted < std::min(imm_total, kRecvWindow); ++q.recv_posted)
+    net_->engine(q.dst).post_recv(q.qpn_resp, RecvWr{q.recv_posted});
+  return true;
+}
+
+void Sim::post_next(uint32_t qi) {
+  QpRun& q = qps_[qi];
+  if (q.failed || q.posted >= o_.messages) return;
+  const uint32_t i = q.posted++;
+  const uint32_t gi = qi;
+  const uint32_t slot = i % std::max(o_.outstanding, 1u);
+  SendWr w;
+  w.wr_id = i;
+  w.opcode = is_imm(i) ? WrOpcode::rdma_write_with_imm : WrOpcode::rdma_write;
+  w.signaled = true;
+  w.local_addr = kSrcIova + (uint64_t(gi) << 32 >> 4) + (i % 64) * kSrcShift;
+  w.length = msg_len(i);
+  w.lkey = q.lkey;
+  w.remote_addr = kDstIova + (uint64_t(gi) << 32 >> 4) + uint64_t(slot) * max_msg();
+  w.rkey = q.rkey;
+  w.imm = i;
+  if (net_->post_send(q.src, q.qpn_req, w) != 0) {
+    ++error_completions_;
+    q.failed = true;
+    ++qps_terminal_;
+  }
+}
+
+void Sim::on_completion(uint32_t h, const Completion& c) {
+  const uint64_t key = uint64_t(h) << 32 | c.qpn;
+  if (auto it = req_index_.find(key); it != req_index_.end()) {
+    const uint32_t qi = it->second;
+    QpRun& q = qps_[qi];
+    if (c.status != WcStatus::success) {
+      ++error_completions_;
+      if (!q.failed) {
+        q.failed = true;
+        if (q.completed < o_.messages) ++qps_terminal_;
+      }
+    } else if (c.wr_id != q.completed || q.failed) {
+      ++order_failures_;  // duplicate, skipped or out of order
+    } else {
+      const uint32_t i = q.completed++;
+      const uint32_t slot = i % std::max(o_.outstanding, 1u);
+      uint8_t* d = q.dst_buf.data() + size_t(slot) * max_msg();
+      const uint32_t len = msg_len(i);
+      if (std::memcmp(d, q.src_buf.data() + (i % 64) * kSrcShift, len) != 0) ++integrity_failures_;
+      std::memset(d, 0, len);  // so a message that reuses the slot is checked afresh
+      FlowRun& f = flows_[q.flow];
+      f.bytes_done += len;
+      f.last_done = net_->now();
+      bytes_done_ += len;
+      last_done_ = net_->now();
+      if (q.completed == o_.messages) {
+        ++f.qps_done;
+        ++qps_terminal_;
+      }
+      post_next(qi);
+    }
+  } else if (auto jt = resp_index_.find(key); jt != resp_index_.end()) {
+    QpRun& q = qps_[jt->second];
+    if (c.status != WcStatus::success) return;  // flushed receives
+    if (c.imm >= o_.messages || !is_imm(c.imm) || c.byte_len != msg_len(c.imm)) {
+      ++order_failures_;
+      return;
+    }
+    // The n-th immediate must be the n-th WRITE_IMM message.
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < c.imm; ++i) n += is_imm(i);
+    if (n != q.imm_seen) ++order_failures_;
+    ++q.imm_seen;
+    if (q.recv_posted < q.imm_total) net_->engine(q.dst).post_recv(q.qpn_resp, RecvWr{q.recv_posted++});
+  } else {
+    ++order_failures_;
+  }
+  if (qps_terminal_ == qps_.size()) net_->loop().stop();
+}
+
+void Sim::sample() {
+  uint64_t placed = 0, retx = 0;
+  QpInfo qi;
+  for (const QpRun& q : qps_) {
+    if (net_->engine(q.dst).qp_info(q.qpn_resp, qi)) placed += qi.ctr[QpCtr::rx_data_bytes];
+    // Retransmits only feed the timeline; qp_info is the sampler's main cost.
+    if (!o_.timeline.empty() && net_->engine(q.src).qp_info(q.qpn_req, qi)) retx += qi.ctr[QpCtr::tx_retransmits];
+  }
+  placed_.push_back(placed);
+  retx_.push_back(retx);
+  if (!o_.timeline.empty()) {
+    std::array<uint64_t, kMaxPlanes> pb{};
+    for (uint32_t p = 0; p < o_.planes; ++p)
+      for (uint32_t h = 0; h < o_.hosts; ++h) pb[p] += net_->downlink(h, p).counters().delivered_bytes;
+    plane_bytes_.push_back(pb);
+  }
+  const Nanos step = static_cast<Nanos>(o_.sample_us * 1000);
+  net_->at(net_->now() + step, [this] { sample(); });
+}
+
+void Sim::apply_failure(bool up) {
+  const Nanos now = net_->now();
+  std::vector<uint32_t> told;  // hosts whose own port changed
+  uint32_t plane = 0;
+  if (o_.fail_plane >= 0) {
+    plane = static_cast<uint32_t>(o_.fail_plane);
+    net_->set_plane_up(plane, up);
+    for (uint32_t h = 0; h < o_.hosts; ++h) told.push_back(h);
+  } else if (!o_.fail_link.empty()) {
+    char kind[16] = {};
+    uint32_t idx = 0;
+    std::sscanf(o_.fail_link.c_str(), "%15[a-z]:%u:%u", kind, &plane, &idx);
+    if (std::string(kind) == "host") {
+      net_->set_host_link_up(idx, plane, up);
+      told.push_back(idx);
+    } else {
+      net_->set_fabric_link_up(plane, idx, up);
+    }
+  } else if (!o_.fail_switch.empty()) {
+    char kind[16] = {};
+    uint32_t idx = 0;
+    std::sscanf(o_.fail_switch.c_str(), "%15[a-z]:%u:%u", kind, &plane, &idx);
+    if (std::string(kind) == "leaf") {
+      net_->set_leaf_up(plane, idx, up);
+      for (uint32_t h = idx * o_.hosts_per_leaf; h < std::min(o_.hosts, (idx + 1) * o_.hosts_per_leaf); ++h)
+        told.push_back(h);
+    } else {
+      net_->set_spine_up(plane, idx, up);
+    }
+  }
+  if (!o_.port_status) return;
+  // The NICs whose port went down (or up) learn it at once and tell their peers.
+  for (uint32_t h : told) {
+    net_->engine(h).set_plane_up(plane, up, now);
+    net_->engine(h).send_port_status(now);
+    net_->poll(h);
+  }
+}
+
+void Sim::schedule_failures() {
+  if (o_.fail_at_us < 0 || (o_.fail_plane < 0 && o_.fail_link.empty() && o_.fail_switch.empty())) return;
+  fail_ns_ = kStart + static_cast<Nanos>(o_.fail_at_us * 1000);
+  const Nanos end = o_.restore_at_us >= 0 ? kStart + static_cast<Nanos>(o_.restore_at_us * 1000) : kNever;
+  net_->at(fail_ns_, [this] { apply_failure(false); });
+  if (o_.flap_period_us > 0) {
+    // Down for half a period, up for half, until the restore time (or the cap).
+    const Nanos half = std::max<Nanos>(1, static_cast<Nanos>(o_.flap_period_us * 500));
+    const Nanos cap = std::min(end, kStart + static_cast<Nanos>(o_.duration_us * 1000));
+    bool up = true;
+    for (Nanos t = fail_ns_ + half; t < cap; t += half, up = !up) net_->at(t, [this, up] { apply_failure(up); });
+  }
+  if (end != kNever) net_->at(end, [this] { apply_failure(true); });
+}
+
+// From the failure, the end of the first window (entirely after it) whose
+// placed-byte rate is >= 85 % of the pre-failure rate x (planes-1)/planes.
+std::optional<double> Sim::recovery_us() const {
+  if (fail_ns_ == kNever || placed_.empty()) return std::nullopt;
+  const Nanos step = static_cast<Nanos>(o_.sample_us * 1000);
+  auto at = [&](Nanos t) -> uint64_t {  // cumulative placed bytes at time t (sample k is at kStart + k*step)
+    if (t < kStart) return 0;
+    const size_t k = std::min<size_t>((t - kStart) / step, placed_.size() - 1);
+    return placed_[k];
+  };
+  const Nanos w = std::max<Nanos>(step, static_cast<Nanos>(o_.recovery_window_us * 1000));
+  const Nanos pre_w = std::min<Nanos>(std::max<Nanos>(4 * w, 20000), fail_ns_ - kStart);
+  if (pre_w == 0) return std::nullopt;
+  const double pre_rate = double(at(fail_ns_) - at(fail_ns_ - pre_w)) / double(pre_w);
+  const double target = 0.85 * pre_rate * (o_.planes - 1) / std::max(1u, o_.planes);
+  const Nanos last = kStart + (placed_.size() - 1) * step;
+  for (Nanos t = fail_ns_ + w; t <= last; t += step) {
+    if (double(at(t) - at(t - w)) / double(w) >= target) return double(t - fail_ns_) / 1000.0;
+  }
+  return std::nullopt;
+}
+
+std::string json_num(double v) {
+  if (!std::isfinite(v)) return "null";
+  return fmt::format("{:.3f}", v);
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * v.size())) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+int Sim::run() {
+  const auto wall0 = std::chrono::steady_clock::now();
+  sim::Fabric::Config fc;
+  fc.hosts = o_.hosts;
+  fc.planes = o_.planes;
+  fc.hosts_per_leaf = o_.hosts_per_leaf;
+  fc.spines = o_.spines;
+  fc.oversubscription = o_.oversubscription;
+  fc.seed = o_.seed;
+  auto link = [&](double rate, double delay, uint32_t queue, bool impair) {
+    sim::LinkParams lp;
+    lp.rate_gbps = rate;
+    lp.delay_ns = static_cast<Nanos>(delay);
+    lp.queue_bytes = queue;
+    lp.ecn_min_bytes = o_.ecn_min_bytes;
+    lp.ecn_max_bytes = o_.ecn_max_bytes;
+    lp.trim_bytes = o_.trim_bytes;
+    if (impair) {
+      lp.loss = o_.loss;
+      lp.corrupt = o_.corrupt;
+      lp.duplicate = o_.duplicate;
+    }
+    return lp;
+  };
+  fc.host_link = link(o_.host_rate_gbps, o_.host_delay_ns, o_.host_queue_bytes, o_.host_link_impairments);
+  fc.fabric_link = link(o_.fabric_rate_gbps, o_.fabric_delay_ns, o_.fabric_queue_bytes, true);
+  fc.engine_template.transport = transport();
+  fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
+  fc.engine_template.max_qps = 4096;
+  try {
+    net_ = std::make_unique<sim::Fabric>(fc);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "mrc-sim: {}\n", e.what());
+    return 2;
+  }
+  std::string err;
+  if (!build_flows(err)) {
+    fmt::print(stderr, "mrc-sim: {}\n", err);
+    return 2;
+  }
+  if (!o_.pcap.empty()) {
+    if (!pcap_.open(o_.pcap)) {
+      fmt::print(stderr, "mrc-sim: cannot write {}\n", o_.pcap);
+      return 2;
+    }
+    net_->set_tx_tap([this](uint32_t h, uint32_t p, std::span<const uint8_t> f, Nanos t) {
+      if (h == 0 && p == 0) pcap_.write(f, t);
+    });
+  }
+  for (uint32_t fi = 0; fi < flows_.size(); ++fi) {
+    for (uint32_t k = 0; k < o_.qps_per_pair; ++k) {
+      QpRun q;
+      q.flow = fi;
+      q.src = flows_[fi].src;
+      q.dst = flows_[fi].dst;
+      qps_.push_back(std::move(q));
+    }
+  }
+  for (uint32_t i = 0; i < qps_.size(); ++i) {
+    if (!setup_qp(qps_[i], i)) {
+      fmt::print(stderr, "mrc-sim: QP setup failed (qp {})\n", i);
+      return 2;
+    }
+    req_index_[uint64_t(qps_[i].src) << 32 | qps_[i].qpn_req] = i;
+    resp_index_[uint64_t(qps_[i].dst) << 32 | qps_[i].qpn_resp] = i;
+  }
+  net_->set_completion_hook([this](uint32_t h, const Completion& c) { on_completion(h, c); });
+  net_->at(kStart, [this] {
+    sample();
+    for (uint32_t i = 0; i < qps_.size(); ++i)
+      for (uint32_t k = 0; k < std::max(o_.outstanding, 1u); ++k) post_next(i);
+  });
+  schedule_failures();
+  const Nanos cap = kStart + static_cast<Nanos>(o_.duration_us * 1000);
+  net_->loop().run_until_idle(cap);
+  const Nanos end = net_->now();
+  if (!o_.pcap.empty()) pcap_.close();
+
+  // Summary.
+  uint64_t retx = 0, data = 0, completed_msgs = 0;
+  uint64_t rtx_sack = 0, rtx_nack = 0, rtx_rto = 0, rtx_gbn = 0, probes = 0;
+  QpInfo qi;
+  for (const QpRun& q : qps_) {
+    if (net_->engine(q.src).qp_info(q.qpn_req, qi)) {
+      retx += qi.ctr[QpCtr::tx_retransmits];
+      data += qi.ctr[QpCtr::tx_data_pkts];
+      rtx_sack += qi.ctr[QpCtr::rtx_sack];
+      rtx_nack += qi.ctr[QpCtr::rtx_nack];
+      rtx_rto += qi.ctr[QpCtr::rtx_rto];
+      rtx_gbn += qi.ctr[QpCtr::rtx_go_back_n];
+      probes += qi.ctr[QpCtr::tx_probes];
+    }
+    completed_msgs += q.completed;
+  }
+  bool all_done = true;
+  uint64_t imm_missing = 0;
+  for (const QpRun& q : qps_) {
+    all_done &= q.completed == o_.messages;
+    if (q.completed == o_.messages && q.imm_seen != q.imm_total) imm_missing += q.imm_total - q.imm_seen;
+  }
+  const bool completions_ok = all_done && order_failures_ == 0 && error_completions_ == 0 && imm_missing == 0;
+  const bool integrity_ok = integrity_failures_ == 0 && completed_msgs > 0;
+
+  const double T = last_done_ > kStart ? double(last_done_ - kStart) : 0;
+  const double goodput = T > 0 ? bytes_done_ * 8.0 / T : 0;
+  const double R = o_.host_rate_gbps, P = o_.planes;
+  const uint32_t spines = net_->spines();
+  const double cross = std::min(1.0, spines * o_.fabric_rate_gbps / (o_.hosts_per_leaf * R));
+  double ideal = P * R;
+  if (o_.workload == "permutation" || o_.workload == "alltoall")
+    ideal = o_.hosts * P * R * (net_->leaves() > 1 ? cross : 1);
+  if (o_.workload == "incast" && o_.victim) ideal = 2 * P * R;
+  std::vector<double> fct;
+  uint32_t flows_incomplete = 0;
+  for (const FlowRun& f : flows_) {
+    if (f.qps_done == o_.qps_per_pair)
+      fct.push_back(double(f.last_done - kStart) / 1000.0);
+    else
+      ++flows_incomplete;
+  }
+  double util_sum = 0, util_max = 0;
+  size_t nlinks = 0;
+  for (const auto* v : {&net_->leaf_to_spine_links(), &net_->spine_to_leaf_links()}) {
+    // With one leaf nothing crosses a spine: there is no fabric to report.
+    if (net_->leaves() < 2) break;
+    for (const auto& l : *v) {
+      const double u = T > 0 ? l->counters().delivered_bytes * 8.0 / (o_.fabric_rate_gbps * T) : 0;
+      util_sum += u;
+      util_max = std::max(util_max, u);
+      ++nlinks;
+    }
+  }
+  double up_sum = 0;
+  for (const auto& l : net_->uplinks()) up_sum += T > 0 ? l->counters().delivered_bytes * 8.0 / (R * T) : 0;
+  const auto rec = recovery_us();
+  const auto& st = net_->stats();
+
+  std::string out = "{";
+  auto kv = [&](std::string_view k, const std::string& v) {
+    out += fmt::format("{}\"{}\":{}", out.size() > 1 ? "," : "", k, v);
+  };
+  kv("transport", fmt::format("\"{}\"", o_.transport));
+  kv("seed", std::to_string(o_.seed));
+  kv("scenario", fmt::format("\"{}\"", o_.scenario));
+  kv("workload", fmt::format("\"{}\"", o_.workload));
+  kv("hosts", std::to_string(o_.hosts));
+  kv("planes", std::to_string(o_.planes));
+  kv("leaves", std::to_string(net_->leaves()));
+  kv("spines", std::to_string(spines));
+  kv("flows", std::to_string(flows_.size()));
+  kv("qps", std::to_string(qps_.size()));
+  kv("bytes_completed", std::to_string(bytes_done_));
+  kv("sim_time_us", json_num(double(end) / 1000.0));
+  kv("last_completion_us", json_num(double(last_done_) / 1000.0));
+  kv("goodput_gbps", json_num(goodput));
+  kv("ideal_goodput_gbps", json_num(ideal));
+  kv("goodput_fraction", json_num(ideal > 0 ? goodput / ideal : 0));
+  kv("link_utilization",
+     fmt::format("{{\"fabric_mean\":{},\"fabric_max\":{},\"fabric_links\":{},\"host_uplink_mean\":{}}}",
+                 json_num(nlinks ? util_sum / nlinks : 0), json_num(util_max), nlinks,
+                 json_num(net_->uplinks().empty() ? 0 : up_sum / net_->uplinks().size())));
+  kv("fct_us", fmt::format("{{\"p50\":{},\"p99\":{},\"max\":{}}}", json_num(percentile(fct, 0.5)),
+                           json_num(percentile(fct, 0.99)),
+                           json_num(fct.empty() ? 0 : *std::max_element(fct.begin(), fct.end()))));
+  kv("flows_incomplete", std::to_string(flows_incomplete));
+  for (const FlowRun& f : flows_) {
+    if (!f.victim) continue;
+    const double v = f.last_done > kStart ? f.bytes_done * 8.0 / double(f.last_done - kStart) : 0;
+    kv("victim",
+       fmt::format("{{\"goodput_gbps\":{},\"fair_share_gbps\":{},\"fraction\":{},\"complete\":{}}}", json_num(v),
+                   json_num(P * R), json_num(v / (P * R)), f.qps_done == o_.qps_per_pair ? "true" : "false"));
+  }
+  kv("retransmitted_packets", std::to_string(retx));
+  kv("data_packets", std::to_string(data));
+  kv("retransmit_causes", fmt::format("{{\"sack\":{},\"nack\":{},\"rto\":{},\"go_back_n\":{},\"probes_sent\":{}}}",
+                                      rtx_sack, rtx_nack, rtx_rto, rtx_gbn, probes));
+  mrc::sim::LinkCounters net_ctr;
+  for (const auto* v :
+       {&net_->uplinks(), &net_->downlinks(), &net_->leaf_to_spine_links(), &net_->spine_to_leaf_links()}) {
+    for (const auto& l : *v) {
+      const mrc::sim::LinkCounters& c = l->counters();
+      net_ctr.dropped_queue += c.dropped_queue;
+      net_ctr.dropped_loss += c.dropped_loss;
+      net_ctr.dropped_down += c.dropped_down;
+      net_ctr.corrupted += c.corrupted;
+      net_ctr.trimmed += c.trimmed;
+      net_ctr.ecn_marked += c.ecn_marked;
+    }
+  }
+  kv("network", fmt::format("{{\"dropped_queue\":{},\"dropped_loss\":{},\"dropped_down\":{},\"corrupted\":{},"
+                            "\"trimmed\":{},\"ecn_marked\":{}}}",
+                            net_ctr.dropped_queue, net_ctr.dropped_loss, net_ctr.dropped_down, net_ctr.corrupted,
+                            net_ctr.trimmed, net_ctr.ecn_marked));
+  kv("integrity_ok", integrity_ok ? "true" : "false");
+  kv("completions_ok", completions_ok ? "true" : "false");
+  kv("errors",
+     fmt::format("{{\"error_completions\":{},\"qp_errors\":{},\"order_failures\":{},\"integrity_failures\":{},"
+                 "\"imm_missing\":{},\"messages_completed\":{},\"messages_posted\":{}}}",
+                 error_completions_, st.qp_errors, order_failures_, integrity_failures_, imm_missing, completed_msgs,
+                 uint64_t(qps_.size()) * o_.messages));
+  kv("failure_at_us", fail_ns_ == kNever ? "null" : json_num(double(fail_ns_ - kStart) / 1000.0));
+  kv("recovery_us", rec ? json_num(*rec) : "null");
+  kv("ev_transitions",
+     fmt::format("{{\"good_to_assumed_bad\":{},\"assumed_bad_to_good\":{}}}", st.ev_to_bad, st.ev_to_good));
+  kv("unroutable", std::to_string(st.unroutable));
+  kv("sim_events", std::to_string(net_->loop().stats().run));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (o_.report_wall) kv("wall_seconds", json_num(wall));
+  out += "}";
+  fmt::print("{}\n", out);
+  fmt::print(stderr, "mrc-sim: {} {} wall {:.2f} s, {} events ({:.2f} M/s)\n", o_.scenario, o_.transport, wall,
+             net_->loop().stats().run, net_->loop().stats().run / std::max(wall, 1e-9) / 1e6);
+
+  if (!o_.timeline.empty()) {
+    std::FILE* f = std::fopen(o_.timeline.c_str(), "w");
+    if (!f) {
+      fmt::print(stderr, "mrc-sim: cannot write {}\n", o_.timeline);
+      return 2;
+    }
+    const size_t every = std::max<size_t>(1, static_cast<size_t>(std::llround(o_.timeline_interval_us / o_.sample_us)));
+    const double dt_ns = every * o_.sample_us * 1000;
+    std::string hdr = "t_us,goodput_gbps";
+    for (uint32_t p = 0; p < o_.planes; ++p) hdr += fmt::format(",plane{}_rx_gbps", p);
+    hdr += ",retransmits\n";
+    std::fputs(hdr.c_str(), f);
+    for (size_t k = every; k < placed_.size(); k += every) {
+      std::string line =
+          fmt::format("{:.3f},{:.3f}", k * o_.sample_us, (placed_[k] - placed_[k - every]) * 8.0 / dt_ns);
+      for (uint32_t p = 0; p < o_.planes; ++p)
+        line += fmt::format(",{:.3f}", (plane_bytes_[k][p] - plane_bytes_[k - every][p]) * 8.0 / dt_ns);
+      line += fmt::format(",{}\n", retx_[k] - retx_[k - every]);
+      std::fputs(line.c_str(), f);
+    }
+    std::fclose(f);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"mrc-sim: the MRC engine on a simulated multi-plane leaf-spine fabric; prints a JSON summary"};
+  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file");
+  app.add_option("--scenario", o.scenario, "scenario name for the summary");
+  app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--hosts", o.hosts)->capture_default_str();
+  app.add_option("--planes", o.planes)->check(CLI::Range(1u, kMaxPlanes))->capture_default_str();
+  app.add_option("--hosts-per-leaf", o.hosts_per_leaf)->capture_default_str();
+  app.add_option("--spines", o.spines, "spines per plane (0: from oversubscription)")->capture_default_str();
+  app.add_option("--oversubscription", o.oversubscription)->capture_default_str();
+  app.add_option("--host-rate-gbps", o.host_rate_gbps)->capture_default_str();
+  app.add_option("--fabric-rate-gbps", o.fabric_rate_gbps)->capture_default_str();
+  app.add_option("--host-delay-ns", o.host_delay_ns)->capture_default_str();
+  app.add_option("--fabric-delay-ns", o.fabric_delay_ns)->capture_default_str();
+  app.add_option("--host-queue-bytes", o.host_queue_bytes)->capture_default_str();
+  app.add_option("--fabric-queue-bytes", o.fabric_queue_bytes)->capture_default_str();
+  app.add_option("--ecn-min-bytes", o.ecn_min_bytes)->capture_default_str();
+  app.add_option("--ecn-max-bytes", o.ecn_max_bytes, "0 disables ECN marking")->capture_default_str();
+  app.add_option("--trim-bytes", o.trim_bytes, "0 disables trimming")->capture_default_str();
+  app.add_option("--loss", o.loss, "per-frame loss probability on every link")->capture_default_str();
+  app.add_option("--corrupt", o.corrupt)->capture_default_str();
+  app.add_option("--duplicate", o.duplicate)->capture_default_str();
+  app.add_option("--host-link-impairments", o.host_link_impairments, "apply loss/corrupt/duplicate to host links too")
+      ->capture_default_str();
+  app.add_option("--workload", o.workload)
+      ->check(CLI::IsMember({"single", "incast", "permutation", "alltoall"}))
+      ->capture_default_str();
+  app.add_option("--message-bytes", o.message_bytes, "message size(s), used round-robin")->capture_default_str();
+  app.add_option("--messages", o.messages, "messages per QP")->capture_default_str();
+  app.add_option("--qps-per-pair", o.qps_per_pair)->check(CLI::Range(1u, 64u))->capture_default_str();
+  app.add_option("--outstanding", o.outstanding, "messages in flight per QP")
+      ->check(CLI::Range(1u, 256u))
+      ->capture_default_str();
+  app.add_option("--imm-every", o.imm_every, "every n-th message is a WRITE_IMM (0: only the last)")
+      ->capture_default_str();
+  app.add_option("--incast-degree", o.incast_degree)->capture_default_str();
+  app.add_option("--victim", o.victim, "incast: add a victim flow through the receiver's leaf")->capture_default_str();
+  app.add_option("--evs", o.evs, "EVs per QP, spread equally over planes")->capture_default_str();
+  app.add_option("--ev-active-per-plane", o.ev_active_per_plane)->capture_default_str();
+  app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u, 8192u}))->capture_default_str();
+  app.add_option("--base-rtt-ns", o.base_rtt_ns, "NSCC base_rtt")->capture_default_str();
+  app.add_option("--target-delay-ns", o.target_delay_ns, "NSCC target delay (0: 0.75 x base_rtt)")
+      ->capture_default_str();
+  app.add_option("--timeout", o.timeout, "ACK timeout exponent (-1: ~131 us for either transport)")
+      ->capture_default_str();
+  app.add_option("--retry-exp", o.retry_exp, "exponential retries (-1: 25 for mrc, 0 for rocev2)")
+      ->capture_default_str();
+  app.add_option("--mpr", o.mpr)->capture_default_str();
+  app.add_option("--fail-plane", o.fail_plane)->capture_default_str();
+  app.add_option("--fail-link", o.fail_link, "host:PLANE:HOST or fabric:PLANE:INDEX (INDEX = leaf * spines + spine)");
+  app.add_option("--fail-switch", o.fail_switch, "leaf:PLANE:INDEX or spine:PLANE:INDEX");
+  app.add_option("--fail-at-us", o.fail_at_us, "failure time after the start")->capture_default_str();
+  app.add_option("--restore-at-us", o.restore_at_us)->capture_default_str();
+  app.add_option("--flap-period-us", o.flap_period_us, "toggle every half period from the failure on")
+      ->capture_default_str();
+  app.add_option("--port-status", o.port_status, "affected NICs see the port change and send port status")
+      ->capture_default_str();
+  app.add_option("--duration-us", o.duration_us, "simulated time cap")->capture_default_str();
+  app.add_option("--sample-us", o.sample_us, "goodput sampling period")->capture_default_str();
+  app.add_option("--recovery-window-us", o.recovery_window_us)->capture_default_str();
+  app.add_option("--timeline", o.timeline, "write a per-interval CSV");
+  app.add_option("--timeline-interval-us", o.timeline_interval_us)->capture_default_str();
+  app.add_option("--pcap", o.pcap, "capture host 0's plane 0 uplink");
+  app.add_flag("--report-wall", o.report_wall, "include wall_seconds in the JSON (breaks byte-identity)");
+  CLI11_PARSE(app, argc, argv);
+  if (o.message_bytes.empty() || o.hosts < 2 || o.sample_us <= 0) {
+    fmt::print(stderr, "mrc-sim: bad options\n");
+    return 2;
+  }
+  Sim sim(o);
+  return sim.run();
+}
