@@ -49,6 +49,8 @@ constexpr std::array<uint8_t, IpLen + kUdpLen + kBthLen> make_mask() {
 }
 constexpr auto kMaskV4 = make_mask<kIpv4Len>();
 constexpr auto kMaskV6 = make_mask<kIpv6Len>();
+constexpr size_t kTableCrcMax = 256;
+constexpr std::array<uint8_t, kTableCrcMax> kNoMask{};
 
 // Plain (non-inverting) register update over `n` bytes of p | mask.
 uint32_t crc_masked(uint32_t reg, const uint8_t* p, const uint8_t* mask, size_t n) {
@@ -94,9 +96,19 @@ uint32_t icrc_compute(std::span<const uint8_t> l3, bool* ok) {
 
   // The seed is the register after the masked LRH, so start from it.
   const uint8_t* mask = version == 4 ? kMaskV4.data() : kMaskV6.data();
-  const uint32_t reg = crc_masked(kIcrcSeed, l3.data(), mask, masked_len);
-  // crc32_ieee takes and returns the inverted register.
-  uint32_t crc = crc32_ieee(~reg, l3.data() + masked_len, l3.size() - masked_len - kIcrcLen);
+  uint32_t reg = crc_masked(kIcrcSeed, l3.data(), mask, masked_len);
+  const uint8_t* rest = l3.data() + masked_len;
+  const size_t rest_len = l3.size() - masked_len - kIcrcLen;
+  uint32_t crc;
+  if (rest_len <= kTableCrcMax) {
+    // Control packets and small payloads: the table is cheaper than a call
+    // into the vector kernel and the vector-state switch around it.
+    reg = crc_masked(reg, rest, kNoMask.data(), rest_len);
+    crc = ~reg;
+  } else {
+    // crc32_ieee takes and returns the inverted register.
+    crc = crc32_ieee(~reg, rest, rest_len);
+  }
   if (ok) *ok = true;
   return crc;
 }
