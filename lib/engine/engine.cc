@@ -196,6 +196,17 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos n
     qp.rcv_bits_mask = bits - 1;
     qp.stash.assign(a.max_wimm_dest, ImmStash{});
     qp.rc_msn = 0;
+    qp.sack_tmpl.assign(I.cfg.num_planes, FrameTemplate{});
+    for (uint32_t p = 0; p < I.cfg.num_planes; ++p) {
+      Addressing addr;
+      addr.src_mac = I.cfg.planes[p].mac;
+      addr.dst_mac = a.remote[p].mac;
+      addr.src_ip = I.cfg.planes[p].ip;
+      addr.dst_ip = a.remote[p].ip;
+      addr.dscp = I.cfg.dscp_control;
+      if (addr.src_ip.is_v4() != addr.dst_ip.is_v4()) return ModifyError::bad_attr;
+      qp.sack_tmpl[p].prepare(addr, uint8_t(Opcode::mrc_sack), false);
+    }
     I.build_evs(qp);
     qp.state = QpState::rtr;
     return ModifyError::ok;
@@ -294,7 +305,7 @@ void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
   const bool trimmed = p.dscp() == I.cfg.dscp_trimmed && (p.at.flags & kOpPayload);
   if (trimmed) {
     I.ctr.inc(DevCtr::rx_trimmed);
-  } else if (I.cfg.verify_icrc && !icrc_check(p.l3_span())) {
+  } else if (!I.cfg.icrc_offload && !icrc_check(p.l3_span())) {
     return I.ctr.inc(DevCtr::rx_drop_bad_icrc);
   }
   if (!I.is_local_ip(p.dst_ip(), plane)) return I.ctr.inc(DevCtr::rx_drop_not_ours);
@@ -371,7 +382,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
   m.eeth().set_op(op);
   m.eeth().set_rx_port(plane + 1);
   m.eeth().set_tx_timestamp(p.erth().tx_timestamp());
-  finish_frame(m);
+  finish_frame(m, !cfg.icrc_offload);
   env.tx_send(plane, m.at.size);
   ctr.inc(DevCtr::tx_endpoint_responses);
   (void)now;

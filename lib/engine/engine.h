@@ -63,7 +63,9 @@ struct EngineConfig {
   uint8_t dscp_data = 0;
   uint8_t dscp_control = 0;
   uint8_t dscp_trimmed = 0x3F;
-  bool verify_icrc = true;
+  // The port computes the ICRC on transmit and checks it on receive, as
+  // NICs with RoCE offload do; the engine then does neither.
+  bool icrc_offload = false;
   // RoCEv2 DCQCN notification point: at most one CNP per QP per interval.
   Nanos cnp_interval = 50000;
 };

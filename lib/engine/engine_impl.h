@@ -117,13 +117,15 @@ struct Qp {
   uint16_t next_rq_msn = 0;
   uint32_t wimm_inflight = 0;
   std::unique_ptr<CongestionControl> cc;
-  std::vector<wire::FrameTemplate> tmpl;  // [plane * 2 + with_imm]
+  std::vector<wire::FrameTemplate> tmpl;       // [plane * 2 + with_imm]
+  std::vector<wire::FrameTemplate> sack_tmpl;  // [plane], MRC responder
 
   // EVs.
   std::vector<Ev> evs;
   std::array<std::vector<uint16_t>, kMaxPlanes> active{};   // spray set per plane
   std::array<std::vector<uint16_t>, kMaxPlanes> backups{};  // GOOD spares per plane
   std::array<uint32_t, kMaxPlanes> plane_picks{};
+  uint32_t pick_rotor = 0;
   std::array<uint32_t, kMaxPlanes> plane_inflight{};
   uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
@@ -272,19 +274,25 @@ bool Engine::Impl::send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev
     ctr.inc(DevCtr::tx_drop_no_buffer);
     return false;
   }
-  wire::Addressing a;
-  a.src_mac = cfg.planes[plane].mac;
-  a.dst_mac = qp.attr.remote[plane].mac;
-  a.src_ip = cfg.planes[plane].ip;
-  a.dst_ip = qp.attr.remote[plane].ip;
-  a.dscp = cfg.dscp_control;
-  wire::ev_encode(qp.attr.ev.format, ev, a);
-  wire::MutablePacket m = wire::begin_frame(out, a, opcode, false, 0);
+  wire::MutablePacket m;
+  if (opcode == uint8_t(wire::Opcode::mrc_sack) && plane < qp.sack_tmpl.size()) {
+    m = qp.sack_tmpl[plane].stamp(out, 0);  // the hottest control frame
+    wire::ev_apply(qp.attr.ev.format, ev, m);
+  } else {
+    wire::Addressing a;
+    a.src_mac = cfg.planes[plane].mac;
+    a.dst_mac = qp.attr.remote[plane].mac;
+    a.src_ip = cfg.planes[plane].ip;
+    a.dst_ip = qp.attr.remote[plane].ip;
+    a.dscp = cfg.dscp_control;
+    wire::ev_encode(qp.attr.ev.format, ev, a);
+    m = wire::begin_frame(out, a, opcode, false, 0);
+  }
   if (!m.base) return false;
   m.bth().set_dest_qp(qp.attr.dest_qpn);
   m.bth().set_psn(psn);
   fill(m);
-  wire::finish_frame(m);
+  wire::finish_frame(m, !cfg.icrc_offload);
   env.tx_send(plane, m.at.size);
   return true;
 }

@@ -187,19 +187,10 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
     m.reth().set_dma_len(e.wr.length);
   }
   if (m.at.imm) m.imm().set_imm(e.wr.imm);
-  // The EV: UDP source port (and for STEV the flow label). The template
-  // already holds the rest of the addressing.
-  const uint32_t ev_value = qp.evs[ev].value;
-  if (qp.attr.ev.format == EvFormat::stev && m.at.ip_version == 6) {
-    m.udp().set_src_port((ev_value >> kStevSportShift) & kStevSportMask);
-    Ipv6Ref ip(m.base + m.at.l3);
-    ip.set_flow_label((ip.flow_label() & ~(kStevFlowLabelMask << kStevFlowLabelShift)) |
-                      ((ev_value & kStevFlowLabelMask) << kStevFlowLabelShift));
-  } else {
-    m.udp().set_src_port(ev_value & kUdpEvMask);
-  }
+  // The template holds the addressing; the EV is the per-packet part of it.
+  ev_apply(qp.attr.ev.format, qp.evs[ev].value, m);
   if (t.len) std::memcpy(m.payload().data(), e.src + t.offset, t.len);
-  finish_frame(m);
+  finish_frame(m, !cfg.icrc_offload);
   env.tx_send(plane, m.at.size);
 
   t.sent_at = now;

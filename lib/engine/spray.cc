@@ -64,13 +64,27 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
     const uint32_t p = qp.rocev2_plane;
     return plane_up[p] && env.tx_room(p) ? 0 : -1;
   }
+  // The least-loaded usable plane; only the winner is asked for TX room,
+  // and the others only if it has none (rare: the host drains its queues).
   const uint32_t planes = cfg.num_planes;
-  const uint32_t start = rng.below(planes);
+  const uint32_t start = ++qp.pick_rotor % planes;  // rotates ties between planes
   int best = -1;
-  for (uint32_t k = 0; k < planes; ++k) {
-    const uint32_t p = (start + k) % planes;
-    if (!plane_usable(qp, p) || env.tx_room(p) == 0) continue;
-    if (best < 0 || qp.plane_inflight[p] < qp.plane_inflight[best]) best = static_cast<int>(p);
+  uint32_t best_load = ~0u;
+  for (uint32_t k = 0, p = start; k < planes; ++k, p = p + 1 == planes ? 0 : p + 1) {
+    if (plane_usable(qp, p) && qp.plane_inflight[p] < best_load) {
+      best = static_cast<int>(p);
+      best_load = qp.plane_inflight[p];
+    }
+  }
+  if (best >= 0 && env.tx_room(best) == 0) {
+    best = -1;
+    best_load = ~0u;
+    for (uint32_t p = 0; p < planes; ++p) {
+      if (plane_usable(qp, p) && qp.plane_inflight[p] < best_load && env.tx_room(p) > 0) {
+        best = static_cast<int>(p);
+        best_load = qp.plane_inflight[p];
+      }
+    }
   }
   if (best < 0) return -1;
   auto& set = qp.active[best];

@@ -53,6 +53,17 @@ void ev_encode(EvFormat fmt, uint32_t ev, Addressing& addr) {
   }
 }
 
+void ev_apply(EvFormat fmt, uint32_t ev, const MutablePacket& m) {
+  if (fmt == EvFormat::stev && m.at.ip_version == 6) {
+    m.udp().set_src_port((ev >> kStevSportShift) & kStevSportMask);
+    Ipv6Ref ip(m.base + m.at.l3);
+    ip.set_flow_label((ip.flow_label() & ~(kStevFlowLabelMask << kStevFlowLabelShift)) |
+                      ((ev & kStevFlowLabelMask) << kStevFlowLabelShift));
+  } else if (fmt != EvFormat::srv6) {
+    m.udp().set_src_port(ev & kUdpEvMask);
+  }
+}
+
 uint32_t ev_decode(EvFormat fmt, const Packet& pkt) {
   const uint32_t sport = pkt.udp().src_port();
   switch (fmt) {

@@ -22,6 +22,10 @@ enum class EvFormat : uint8_t { stev = 1, srv6 = 2, udp = 4 };
 // the destination address) and leaves `addr` unchanged.
 void ev_encode(EvFormat fmt, uint32_t ev, Addressing& addr);
 
+// Writes an EV into a built frame: the UDP source port, and for STEV over
+// IPv6 also the flow label.
+void ev_apply(EvFormat fmt, uint32_t ev, const MutablePacket& m);
+
 // Recovers the EV from a received packet (the responder reflects it in SACKs).
 uint32_t ev_decode(EvFormat fmt, const Packet& pkt);
 

@@ -401,9 +401,9 @@ void MutablePacket::set_dscp(uint8_t dscp) const {
   }
 }
 
-void finish_frame(const MutablePacket& m) {
+void finish_frame(const MutablePacket& m, bool with_icrc) {
   if (m.at.ip_version == 4) refresh_ipv4_checksum(m.base + m.at.l3);
-  icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});
+  if (with_icrc) icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});
 }
 
 }  // namespace mrc::wire

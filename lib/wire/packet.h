@@ -209,8 +209,8 @@ class FrameTemplate {
   uint16_t ipv4_csum_zero_len_ = 0;  // IPv4 checksum with total length 0
 };
 
-// Computes the IPv4 checksum (if any) and the ICRC. Call after the last field
-// is set.
-void finish_frame(const MutablePacket& p);
+// Computes the IPv4 checksum (if any) and, unless the port offloads it, the
+// ICRC. Call after the last field is set.
+void finish_frame(const MutablePacket& p, bool with_icrc = true);
 
 }  // namespace mrc::wire

@@ -3,11 +3,13 @@
 // memory (no network model), so the time measured is theirs: segmenting,
 // spraying, building, parsing, placing, SACKing and acknowledging.
 //
-// The ICRC and the payload copies grow with the payload; the engine's work
-// does not. So the same transfer runs at two MTUs and the per-packet time is
-// extrapolated to a zero-byte payload. That removes the per-byte part of the
-// ICRC and the copies, measured inside the real loop rather than beside it;
-// their fixed per-call costs stay in, so the figure errs high.
+// The issue asks for the cost without the ICRC and the payload copies. The
+// ICRC is left out the way a NIC with ICRC offload leaves it out
+// (EngineConfig::icrc_offload). The copies grow with the payload and the
+// engine's work does not, so the same transfer runs at two MTUs and the
+// per-packet time is extrapolated to a zero-byte payload; the fixed cost of
+// a memcpy call stays in, so the figure errs high. A third run with the
+// ICRC on shows what the ICRC adds.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -74,10 +76,11 @@ struct Result {
   bool ok = false;
 };
 
-Result transfer(uint32_t mtu, uint64_t packets, uint32_t planes) {
+Result transfer(uint32_t mtu, uint64_t packets, uint32_t planes, bool icrc) {
   Result r;
   EngineConfig ca, cb;
   ca.num_planes = cb.num_planes = planes;
+  ca.icrc_offload = cb.icrc_offload = !icrc;
   for (uint32_t p = 0; p < planes; ++p) {
     ca.planes[p] = {0x020000000100ull + p, mrc::wire::IpAddr::from_v4(0x0A000001 + (p << 8))};
     cb.planes[p] = {0x020000000200ull + p, mrc::wire::IpAddr::from_v4(0x0A000002 + (p << 8))};
@@ -180,9 +183,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const Result big = transfer(mtu, packets, planes);
-  const Result small = transfer(small_mtu, packets, planes);
-  for (const Result* r : {&big, &small}) {
+  const Result big = transfer(mtu, packets, planes, false);
+  const Result small = transfer(small_mtu, packets, planes, false);
+  const Result with_icrc = transfer(mtu, packets, planes, true);
+  for (const Result* r : {&big, &small, &with_icrc}) {
     if (!r->ok) {
       fmt::print(stderr, "engine-bench: transfer did not complete cleanly\n");
       return 1;
@@ -210,12 +214,13 @@ int main(int argc, char** argv) {
     fmt::print(
         "{{\"mtu\":{},\"small_mtu\":{},\"data_packets\":{},\"sacks\":{},\"total_ns_per_packet\":{:.1f},"
         "\"small_mtu_total_ns_per_packet\":{:.1f},\"engine_ns_per_packet\":{:.1f},\"requester_ns\":{:.1f},"
-        "\"responder_ns\":{:.1f},\"fast_path_allocations\":0,\"qp_state_bytes\":{},\"qps_per_gib\":{:.0f}}}\n",
-        mtu, small_mtu, big.data_pkts, big.acks, big.total_ns, small.total_ns, engine_ns, req_ns, resp_ns, qp_bytes,
-        qps_per_gib);
+        "\"responder_ns\":{:.1f},\"with_icrc_ns_per_packet\":{:.1f},\"fast_path_allocations\":0,"
+        "\"qp_state_bytes\":{},\"qps_per_gib\":{:.0f}}}\n",
+        mtu, small_mtu, big.data_pkts, big.acks, big.total_ns, small.total_ns, engine_ns, req_ns, resp_ns,
+        with_icrc.total_ns, qp_bytes, qps_per_gib);
     return 0;
   }
-  fmt::print("{} data packets per run, one SACK per {:.1f} packets, both engines on one core\n", big.data_pkts,
+  fmt::print("{} data packets per run, one SACK per {:.1f} packets, both engines on one core, ICRC offloaded\n", big.data_pkts,
              double(big.data_pkts) / double(big.acks));
   fmt::print("  per data packet at {:>4} B MTU   {:8.1f} ns  (requester {:.1f}, responder {:.1f})\n", mtu, big.total_ns,
              big.req_ns, big.resp_ns);

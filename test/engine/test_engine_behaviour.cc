@@ -393,3 +393,25 @@ TEST_CASE("RoCEv2 with DCQCN: ECN marks become CNPs and the sender slows down") 
   CHECK(marked_dcqcn * 2 < marked_none);
   CHECK(marked_none > 100);
 }
+
+TEST_CASE("with ICRC offload the engine neither computes nor checks the ICRC") {
+  auto cfg = basic();
+  cfg.engine_template.icrc_offload = true;
+  Pair p(cfg);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 20000)) == 0);
+  p.net.run_until_idle(10'000'000);
+  REQUIRE(p.net.completions(0).size() == 1);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 20000) == 0);
+  // A frame whose ICRC is wrong is the port's business, not the engine's.
+  wire::Addressing a;
+  a.src_ip = p.net.addr(1, 0).ip;
+  a.dst_ip = p.net.addr(0, 0).ip;
+  std::vector<uint8_t> buf(256);
+  auto m = wire::begin_frame(buf, a, uint8_t(wire::Opcode::mrc_sack), false, 0);
+  m.bth().set_dest_qp(0x777);
+  wire::finish_frame(m, false);
+  std::memset(buf.data() + m.at.size - 4, 0xEE, 4);
+  p.net.engine(0).on_rx(0, {buf.data(), m.at.size}, p.net.now());
+  CHECK(p.net.engine(0).counters()[DevCtr::rx_drop_bad_icrc] == 0);
+  CHECK(p.net.engine(0).counters()[DevCtr::rx_drop_unknown_qp] == 1);
+}
