@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -159,7 +160,7 @@ Result transfer(uint32_t mtu, uint64_t packets, uint32_t planes, bool icrc) {
   r.resp_ns = resp_ns / double(r.data_pkts);
   r.total_ns = r.req_ns + r.resp_ns;
   r.ok = !ea.errors && ea.completions == messages && ib.ctr[QpCtr::rx_data_pkts] == r.data_pkts &&
-         std::memcmp(src.data(), dst.data(), region) == 0;
+         std::memcmp(src.data(), dst.data(), std::min<uint64_t>(region, messages * msg)) == 0;
   return r;
 }
 
