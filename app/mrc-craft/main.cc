@@ -191,19 +191,6 @@ class Crafter {
   std::FILE* manifest_ = nullptr;
 };
 
-uint8_t write_opcode(bool mrc, bool first, bool last, bool imm) {
-  if (mrc) {
-    if (first && last) return uint8_t(imm ? Opcode::mrc_write_only_imm : Opcode::mrc_write_only);
-    if (first) return uint8_t(Opcode::mrc_write_first);
-    if (last) return uint8_t(imm ? Opcode::mrc_write_last_imm : Opcode::mrc_write_last);
-    return uint8_t(Opcode::mrc_write_middle);
-  }
-  if (first && last) return uint8_t(imm ? Opcode::rc_write_only_imm : Opcode::rc_write_only);
-  if (first) return uint8_t(Opcode::rc_write_first);
-  if (last) return uint8_t(imm ? Opcode::rc_write_last_imm : Opcode::rc_write_last);
-  return uint8_t(Opcode::rc_write_middle);
-}
-
 struct WriteState {
   uint32_t psn;
   uint64_t va;

@@ -14,19 +14,6 @@ using namespace wire;
 
 namespace {
 
-uint8_t data_opcode(bool mrc, bool first, bool last, bool imm) {
-  if (mrc) {
-    if (first && last) return uint8_t(imm ? Opcode::mrc_write_only_imm : Opcode::mrc_write_only);
-    if (first) return uint8_t(Opcode::mrc_write_first);
-    if (last) return uint8_t(imm ? Opcode::mrc_write_last_imm : Opcode::mrc_write_last);
-    return uint8_t(Opcode::mrc_write_middle);
-  }
-  if (first && last) return uint8_t(imm ? Opcode::rc_write_only_imm : Opcode::rc_write_only);
-  if (first) return uint8_t(Opcode::rc_write_first);
-  if (last) return uint8_t(imm ? Opcode::rc_write_last_imm : Opcode::rc_write_last);
-  return uint8_t(Opcode::rc_write_middle);
-}
-
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
 bool in_flight_range(const Qp& qp, uint32_t psn) { return psn_in_window(psn, qp.snd_una, qp.snd_nxt - qp.snd_una); }
@@ -147,7 +134,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   const bool first = t.offset == 0;
   const bool last = t.offset + t.len >= e.wr.length;
   const bool imm = last && e.wr.opcode == WrOpcode::rdma_write_with_imm;
-  const uint8_t opcode = data_opcode(mrc, first, last, imm);
+  const uint8_t opcode = write_opcode(mrc, first, last, imm);
   const FrameTemplate& tp = qp.tmpl[plane * 2 + imm];
   const bool rc_has_reth = !mrc && first;
   const uint32_t need = tp.layout().payload + kRethLen + t.len + 8;

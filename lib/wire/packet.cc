@@ -45,6 +45,19 @@ std::string_view parse_error_help(ParseError e) {
 
 uint16_t op_flags(uint8_t opcode) { return kOpFlagTable[opcode]; }
 
+uint8_t write_opcode(bool mrc, bool first, bool last, bool imm) {
+  if (mrc) {
+    if (first && last) return uint8_t(imm ? Opcode::mrc_write_only_imm : Opcode::mrc_write_only);
+    if (first) return uint8_t(Opcode::mrc_write_first);
+    if (last) return uint8_t(imm ? Opcode::mrc_write_last_imm : Opcode::mrc_write_last);
+    return uint8_t(Opcode::mrc_write_middle);
+  }
+  if (first && last) return uint8_t(imm ? Opcode::rc_write_only_imm : Opcode::rc_write_only);
+  if (first) return uint8_t(Opcode::rc_write_first);
+  if (last) return uint8_t(imm ? Opcode::rc_write_last_imm : Opcode::rc_write_last);
+  return uint8_t(Opcode::rc_write_middle);
+}
+
 std::string_view opcode_name(uint8_t opcode) {
   switch (opcode) {
 #define MRC_X(name, value, flags) \

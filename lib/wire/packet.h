@@ -55,6 +55,10 @@ inline constexpr unsigned kParseErrorCount = 1 + [] {
 std::string_view parse_error_name(ParseError e);
 std::string_view parse_error_help(ParseError e);
 
+// The WRITE opcode for a packet's place in its message: MRC or plain RC,
+// first/last (both: ONLY), with or without immediate data on the last.
+uint8_t write_opcode(bool mrc, bool first, bool last, bool imm);
+
 // Opcode table lookups. op_flags() returns 0 for an opcode we do not speak.
 uint16_t op_flags(uint8_t opcode);
 std::string_view opcode_name(uint8_t opcode);

@@ -221,14 +221,16 @@ int main(int argc, char** argv) {
         with_icrc.total_ns, qp_bytes, qps_per_gib);
     return 0;
   }
-  fmt::print("{} data packets per run, one SACK per {:.1f} packets, both engines on one core, ICRC offloaded\n", big.data_pkts,
-             double(big.data_pkts) / double(big.acks));
+  fmt::print("{} data packets per run, one SACK per {:.1f} packets, both engines on one core, ICRC offloaded\n",
+             big.data_pkts, double(big.data_pkts) / double(big.acks));
   fmt::print("  per data packet at {:>4} B MTU   {:8.1f} ns  (requester {:.1f}, responder {:.1f})\n", mtu, big.total_ns,
              big.req_ns, big.resp_ns);
   fmt::print("  per data packet at {:>4} B MTU   {:8.1f} ns  (requester {:.1f}, responder {:.1f})\n", small_mtu,
              small.total_ns, small.req_ns, small.resp_ns);
   fmt::print("  engine's own cost, at 0 B        {:8.1f} ns  (requester {:.1f}, responder {:.1f})\n", engine_ns, req_ns,
              resp_ns);
+  fmt::print("  with the ICRC in software, {} B  {:8.1f} ns  (requester {:.1f}, responder {:.1f})\n", mtu,
+             with_icrc.total_ns, with_icrc.req_ns, with_icrc.resp_ns);
   fmt::print("  loop rounds per data packet      {:8.2f}     (three clock reads each)\n",
              double(big.rounds) / double(big.data_pkts));
   fmt::print("heap allocations while transferring: 0\n");
