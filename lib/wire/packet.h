@@ -201,13 +201,15 @@ class FrameTemplate {
  public:
   // Returns false when the opcode is unknown.
   bool prepare(const Addressing& addr, uint8_t opcode, bool with_tseth);
-  // Same bytes as begin_frame() with the same arguments. Returns a packet
-  // with base == nullptr when `buf` is too small or the length too large.
+  // Same bytes as begin_frame() with the same arguments, IPv4 checksum
+  // included (the fields callers set afterwards are outside the IP header).
+  // Returns a packet with base == nullptr when `buf` is too small or the
+  // length too large.
   MutablePacket stamp(std::span<uint8_t> buf, uint32_t payload_len) const;
   const Layout& layout() const { return at_; }
 
  private:
-  static constexpr unsigned kMaxHeaderLen = 128;
+  static constexpr unsigned kMaxHeaderLen = 128;  // Eth+VLAN+IPv6+UDP+BTH+METH+TSETH+RETH+ImmDt fit
   std::array<uint8_t, kMaxHeaderLen> hdr_{};
   Layout at_;
   uint16_t ipv4_csum_zero_len_ = 0;  // IPv4 checksum with total length 0
