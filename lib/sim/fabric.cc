@@ -11,10 +11,6 @@
 namespace mrc::sim {
 namespace {
 
-constexpr uint32_t kScratchBytes = 16 * 1024;
-// TX room is counted in frames of this size (a 4 KiB MTU plus headers).
-constexpr uint32_t kRoomFrameBytes = 4096 + 128;
-constexpr uint64_t kEngineSeedTag = 0x656E67696E65;  // "engine"
 constexpr uint64_t kSwitchSeedTag = 0x737769746368;  // "switch"
 
 // What a switch needs from a frame: the destination host (from the low bits
@@ -71,48 +67,16 @@ bool parse_route(const std::vector<uint8_t>& f, uint64_t seed, Route& r) {
 
 }  // namespace
 
-// One engine host: the engine plus the Env it runs against (as TestNet's).
-class Fabric::Host final : public engine::Env {
- public:
-  Host(Fabric& net, uint32_t h) : net_(net), h_(h), scratch_(net.cfg_.planes) {
-    for (auto& s : scratch_) s.resize(kScratchBytes);
-  }
-
-  uint32_t tx_room(uint32_t plane) override { return plane < scratch_.size() ? net_.tx_room(h_, plane) : 0; }
-
-  std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
-    if (plane >= scratch_.size() || len > kScratchBytes) return {};
-    return {scratch_[plane].data(), len};
-  }
-
-  void tx_send(uint32_t plane, uint32_t len) override {
-    if (plane >= scratch_.size() || len > kScratchBytes) return;
-    const uint8_t* p = scratch_[plane].data();
-    if (net_.tap_) net_.tap_(h_, plane, {p, len}, net_.now());
-    net_.uplink(h_, plane).send(std::vector<uint8_t>(p, p + len));
-  }
-
-  void complete(const engine::Completion& c) override {
-    if (net_.hook_) net_.hook_queue_.emplace_back(h_, c);
-  }
-
-  void ev_event(uint32_t, uint32_t, engine::EvState from, engine::EvState to, uint64_t) override {
-    if (from == engine::EvState::good && to == engine::EvState::assumed_bad) ++net_.stats_.ev_to_bad;
-    if (from == engine::EvState::assumed_bad && to == engine::EvState::good) ++net_.stats_.ev_to_good;
-  }
-
-  void qp_error(uint32_t, engine::WcStatus) override { ++net_.stats_.qp_errors; }
-
-  Fabric& net_;
-  const uint32_t h_;
-  std::vector<std::vector<uint8_t>> scratch_;  // one TX buffer per plane
-  std::unique_ptr<engine::Engine> engine_;
-  // At most one pending poll; an earlier need cancels and replaces it.
-  EventId poll_event_;
-  Nanos poll_at_ = kNever;
-};
-
-Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
+Fabric::Fabric(const Config& cfg)
+    : cfg_(cfg),
+      hosts_(loop_, {.ev_event =
+                         [this](uint32_t, const EvEvent& e) {
+                           if (e.from == engine::EvState::good && e.to == engine::EvState::assumed_bad)
+                             ++stats_.ev_to_bad;
+                           if (e.from == engine::EvState::assumed_bad && e.to == engine::EvState::good)
+                             ++stats_.ev_to_good;
+                         },
+                     .qp_error = [this](uint32_t, const QpError&) { ++stats_.qp_errors; }}) {
   if (cfg_.hosts < 2 || cfg_.hosts > 65534) throw std::invalid_argument("Fabric: hosts must be 2..65534");
   if (cfg_.planes < 1 || cfg_.planes > engine::kMaxPlanes)
     throw std::invalid_argument("Fabric: planes must be 1.." + std::to_string(engine::kMaxPlanes));
@@ -131,9 +95,8 @@ Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
       const uint32_t l = leaf_of(h);
       uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 0),
                                                 [this, p, l](std::vector<uint8_t> f) { leaf_rx(p, l, std::move(f)); }));
-      downlinks_.push_back(
-          std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 1),
-                                 [this, h, p](std::vector<uint8_t> f) { deliver(h, p, std::move(f)); }));
+      downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 1),
+                                                  [this, h, p](std::vector<uint8_t> f) { hosts_.deliver(h, p, f); }));
     }
     for (uint32_t l = 0; l < leaves_; ++l) {
       leaf_seed_.push_back(derive_seed(derive_seed(cfg_.seed, kSwitchSeedTag), p * 65536ull + l));
@@ -150,19 +113,15 @@ Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
   }
 
   for (uint32_t h = 0; h < H; ++h) {
-    auto host = std::make_unique<Host>(*this, h);
-    engine::EngineConfig ec = cfg_.engine_template;
-    ec.num_planes = P;
-    ec.planes = addrs(h);
-    ec.seed = derive_seed(derive_seed(derive_seed(cfg_.seed, kEngineSeedTag), cfg_.engine_template.seed), h);
-    host->engine_ = std::make_unique<engine::Engine>(ec, *host);
-    hosts_.push_back(std::move(host));
+    std::vector<Link*> ups;
+    for (uint32_t p = 0; p < P; ++p) ups.push_back(&uplink(h, p));
+    hosts_.add(cfg_.engine_template, cfg_.seed, addrs(h), std::move(ups));
   }
 }
 
 Fabric::~Fabric() = default;
 
-engine::Engine& Fabric::engine(uint32_t h) { return *hosts_.at(h)->engine_; }
+engine::Engine& Fabric::engine(uint32_t h) { return hosts_.engine(h); }
 
 engine::PlaneAddr Fabric::addr(uint32_t h, uint32_t p) const {
   engine::PlaneAddr a;
@@ -224,101 +183,9 @@ void Fabric::set_plane_up(uint32_t p, bool up) {
   for (uint32_t l = 0; l < leaves_; ++l) set_leaf_up(p, l, up);
 }
 
-// The uplink takes frames until its queue is half full (see TestNet).
-uint64_t Fabric::room_threshold(uint32_t h, uint32_t p) const {
-  const uint64_t half = uplinks_[p * cfg_.hosts + h]->params().queue_bytes / 2;
-  return half > kRoomFrameBytes ? half - kRoomFrameBytes : 0;
-}
-
-uint32_t Fabric::tx_room(uint32_t h, uint32_t p) const {
-  const Link& up = *uplinks_[p * cfg_.hosts + h];
-  const uint64_t half = up.params().queue_bytes / 2;
-  const uint64_t queued = up.queued_bytes();
-  if (queued == 0) return static_cast<uint32_t>(std::max<uint64_t>(1, half / kRoomFrameBytes));
-  return queued < half ? static_cast<uint32_t>((half - queued) / kRoomFrameBytes) : 0;
-}
-
-void Fabric::deliver(uint32_t h, uint32_t p, std::vector<uint8_t> frame) {
-  engine::Engine& e = *hosts_[h]->engine_;
-  e.on_rx(p, frame, now());
-  e.poll(now());
-  after_engine_call(h);
-}
-
-int Fabric::post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) {
-  engine::Engine& e = engine(h);
-  const int rc = e.post_send(qpn, wr, now());
-  e.poll(now());
-  after_engine_call(h);
-  return rc;
-}
-
-void Fabric::poll(uint32_t h) {
-  engine(h).poll(now());
-  after_engine_call(h);
-}
-
-void Fabric::after_engine_call(uint32_t h) {
-  rearm(*hosts_[h]);
-  // A hook may post_send, which lands back here; the shared index makes the
-  // nested call drain what is left, in order.
-  while (hook_next_ < hook_queue_.size()) {
-    const auto [host, c] = hook_queue_[hook_next_++];
-    if (hook_) hook_(host, c);
-  }
-  hook_queue_.clear();
-  hook_next_ = 0;
-}
-
-void Fabric::rearm(Host& host) {
-  const engine::Engine& e = *host.engine_;
-  Nanos t = e.next_deadline();
-  // Blocked on a full uplink: wake when one has room again.
-  if (e.wants_tx()) {
-    for (uint32_t p = 0; p < cfg_.planes; ++p) {
-      if (tx_room(host.h_, p) == 0) t = std::min(t, uplink(host.h_, p).time_queued_at_most(room_threshold(host.h_, p)));
-    }
-  }
-  if (t == kNever) return;
-  t = std::max(t, now() + 1);  // never spin the loop at one instant
-  if (host.poll_at_ <= t) return;
-  loop_.cancel(host.poll_event_);
-  host.poll_at_ = t;
-  Host* hp = &host;
-  host.poll_event_ = loop_.at(t, [this, hp] {
-    hp->poll_at_ = kNever;
-    hp->poll_event_ = {};
-    poll(hp->h_);
-  });
-}
-
 Fabric::QpPair Fabric::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,
                                        uint32_t pd_b, const engine::QpCaps& caps) {
-  QpPair r;
-  engine::Engine& a = engine(h_a);
-  engine::Engine& b = engine(h_b);
-  r.qpn_a = a.create_qp(pd_a, caps);
-  r.qpn_b = b.create_qp(pd_b, caps);
-  if (!r.qpn_a || !r.qpn_b) return r;
-
-  engine::QpAttr attr_a = base;
-  attr_a.dest_qpn = r.qpn_b;
-  attr_a.remote = addrs(h_b);
-  engine::QpAttr attr_b = base;
-  attr_b.dest_qpn = r.qpn_a;
-  attr_b.remote = addrs(h_a);
-  attr_b.sq_psn = base.rq_psn;
-  attr_b.rq_psn = base.sq_psn;
-
-  for (engine::QpState s : {engine::QpState::init, engine::QpState::rtr, engine::QpState::rts}) {
-    r.error = a.modify_qp(r.qpn_a, s, attr_a, now());
-    if (r.error != engine::ModifyError::ok) return r;
-    r.error = b.modify_qp(r.qpn_b, s, attr_b, now());
-    if (r.error != engine::ModifyError::ok) return r;
-  }
-  poll(h_a);
-  poll(h_b);
-  return r;
+  return hosts_.connect_qp_pair(h_a, h_b, base, pd_a, pd_b, caps);
 }
 
 }  // namespace mrc::sim

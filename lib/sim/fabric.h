@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "sim/engine_host.h"
 #include "sim/event_loop.h"
 #include "sim/link.h"
 
@@ -48,9 +49,9 @@ class Fabric {
 
   // Runs after the engine call that produced the completion has returned,
   // so it may post work without re-entering the engine.
-  using CompletionHook = std::function<void(uint32_t host, const engine::Completion&)>;
+  using CompletionHook = EngineHosts::CompletionHook;
   // Sees every frame a host puts on a plane (e.g. for a pcap).
-  using TxTap = std::function<void(uint32_t host, uint32_t plane, std::span<const uint8_t> frame, Nanos t)>;
+  using TxTap = EngineHosts::TxTap;
 
   // Throws std::invalid_argument when the shape is out of range.
   explicit Fabric(const Config& cfg);
@@ -89,36 +90,24 @@ class Fabric {
   Nanos now() const { return loop_.now(); }
   EventId at(Nanos t, std::function<void()> fn) { return loop_.at(t, std::move(fn)); }
 
-  void set_completion_hook(CompletionHook hook) { hook_ = std::move(hook); }
-  void set_tx_tap(TxTap tap) { tap_ = std::move(tap); }
+  void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
+  void set_tx_tap(TxTap tap) { hosts_.set_tx_tap(std::move(tap)); }
   const Stats& stats() const { return stats_; }
 
   // engine(h).post_send at now, then a poll.
-  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr);
+  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) { return hosts_.post_send(h, qpn, wr); }
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_plane_up, send_port_status, ...).
-  void poll(uint32_t h);
+  void poll(uint32_t h) { hosts_.poll(h); }
 
-  struct QpPair {
-    uint32_t qpn_a = 0;
-    uint32_t qpn_b = 0;
-    engine::ModifyError error = engine::ModifyError::ok;
-    explicit operator bool() const { return qpn_a && qpn_b && error == engine::ModifyError::ok; }
-  };
+  using QpPair = sim::QpPair;
   // As TestNet::connect_qp_pair: a QP on each host, RESET -> RTS.
   QpPair connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a = 0, uint32_t pd_b = 0,
                          const engine::QpCaps& caps = {});
 
  private:
-  class Host;
-
   void leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame);
   void spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame);
-  void deliver(uint32_t h, uint32_t p, std::vector<uint8_t> frame);
-  void after_engine_call(uint32_t h);
-  void rearm(Host& host);
-  uint32_t tx_room(uint32_t h, uint32_t p) const;
-  uint64_t room_threshold(uint32_t h, uint32_t p) const;
 
   Config cfg_;
   uint32_t leaves_ = 0;
@@ -129,12 +118,8 @@ class Fabric {
   std::vector<std::unique_ptr<Link>> to_spine_;   // [(p * leaves + l) * spines + s]
   std::vector<std::unique_ptr<Link>> to_leaf_;    // [(p * leaves + l) * spines + s]
   std::vector<uint64_t> leaf_seed_;               // [p * leaves + l]
-  std::vector<std::unique_ptr<Host>> hosts_;
-  CompletionHook hook_;
-  TxTap tap_;
-  std::vector<std::pair<uint32_t, engine::Completion>> hook_queue_;
-  size_t hook_next_ = 0;
   Stats stats_;
+  EngineHosts hosts_;  // after the links and stats_ it uses
 };
 
 }  // namespace mrc::sim

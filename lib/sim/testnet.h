@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "sim/engine_host.h"
 #include "sim/event_loop.h"
 #include "sim/link.h"
 
@@ -32,28 +33,12 @@ class TestNet {
     engine::EngineConfig engine_template;
   };
 
-  struct EvEvent {
-    Nanos t = 0;
-    uint32_t qpn = 0;
-    uint32_t ev = 0;
-    engine::EvState from = engine::EvState::good;
-    engine::EvState to = engine::EvState::good;
-    uint64_t drops = 0;
-  };
-  struct QpError {
-    Nanos t = 0;
-    uint32_t qpn = 0;
-    engine::WcStatus why = engine::WcStatus::success;
-  };
-  struct QpPair {
-    uint32_t qpn_a = 0;
-    uint32_t qpn_b = 0;
-    engine::ModifyError error = engine::ModifyError::ok;
-    explicit operator bool() const { return qpn_a && qpn_b && error == engine::ModifyError::ok; }
-  };
+  using EvEvent = sim::EvEvent;
+  using QpError = sim::QpError;
+  using QpPair = sim::QpPair;
   // Runs after the engine call that produced the completion has returned,
   // so it may post work (post_send) without re-entering the engine.
-  using CompletionHook = std::function<void(uint32_t host, const engine::Completion&)>;
+  using CompletionHook = EngineHosts::CompletionHook;
 
   // Throws std::invalid_argument when hosts or planes is out of range.
   explicit TestNet(const Config& cfg);
@@ -80,15 +65,15 @@ class TestNet {
   const std::vector<engine::Completion>& completions(uint32_t h) const;
   const std::vector<EvEvent>& ev_events(uint32_t h) const;
   const std::vector<QpError>& qp_errors(uint32_t h) const;
-  void set_completion_hook(CompletionHook hook) { hook_ = std::move(hook); }
+  void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
   // Frames the switch could not route (destination IP of no host).
   uint64_t unroutable() const { return unroutable_; }
 
   // engine(h).post_send at now, then a poll.
-  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr);
+  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) { return hosts_.post_send(h, qpn, wr); }
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_ev_state, set_plane_up, ...).
-  void poll(uint32_t h);
+  void poll(uint32_t h) { hosts_.poll(h); }
 
   // Creates a QP on each host and moves both RESET -> INIT -> RTR -> RTS with
   // dest_qpn and the remote addresses from the topology. A's sq_psn and rq_psn
@@ -97,25 +82,22 @@ class TestNet {
                          const engine::QpCaps& caps = {});
 
  private:
-  class Host;
+  // What the tests inspect of one host.
+  struct Log {
+    std::vector<engine::Completion> completions;
+    std::vector<EvEvent> ev_events;
+    std::vector<QpError> qp_errors;
+  };
 
   void forward(uint32_t p, std::vector<uint8_t> frame);
-  void deliver(uint32_t h, uint32_t p, std::vector<uint8_t> frame);
-  void after_engine_call(uint32_t h);
-  void rearm(Host& host);
-  uint32_t tx_room(uint32_t h, uint32_t p) const;
-  uint64_t room_threshold(uint32_t h, uint32_t p) const;
   bool find_host(uint32_t p, const wire::IpAddr& ip, uint32_t& h) const;
 
   Config cfg_;
   EventLoop loop_;                                // first: links and hosts hold references to it
   std::vector<std::unique_ptr<Link>> uplinks_;    // [h * planes + p]
   std::vector<std::unique_ptr<Link>> downlinks_;  // [h * planes + p]
-  std::vector<std::unique_ptr<Host>> hosts_;
-  CompletionHook hook_;
-  // Completions waiting for the hook, which must not run inside the engine.
-  std::vector<std::pair<uint32_t, engine::Completion>> hook_queue_;
-  size_t hook_next_ = 0;
+  std::vector<Log> logs_;                         // [h]
+  EngineHosts hosts_;                             // after the links and logs it uses
   uint64_t unroutable_ = 0;
 };
 

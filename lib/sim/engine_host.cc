@@ -1,0 +1,181 @@
+#include "sim/engine_host.h"
+
+#include <algorithm>
+
+namespace mrc::sim {
+namespace {
+
+constexpr uint32_t kScratchBytes = 16 * 1024;
+// TX room is counted in frames of this size (a 4 KiB MTU plus headers), so
+// smaller frames only make the estimate conservative.
+constexpr uint32_t kRoomFrameBytes = 4096 + 128;
+constexpr uint64_t kEngineSeedTag = 0x656E67696E65;  // "engine"
+
+// The uplink takes frames until its queue is half full, leaving the other
+// half to absorb a burst the engine commits to before it sees the room shrink.
+// An empty queue always takes one frame, or a small queue would stall the host.
+uint64_t room_threshold(const Link& up) {
+  const uint64_t half = up.params().queue_bytes / 2;
+  return half > kRoomFrameBytes ? half - kRoomFrameBytes : 0;
+}
+
+uint32_t uplink_room(const Link& up) {
+  const uint64_t half = up.params().queue_bytes / 2;
+  const uint64_t queued = up.queued_bytes();
+  if (queued == 0) return static_cast<uint32_t>(std::max<uint64_t>(1, half / kRoomFrameBytes));
+  return queued < half ? static_cast<uint32_t>((half - queued) / kRoomFrameBytes) : 0;
+}
+
+}  // namespace
+
+// One engine host: the engine plus the Env it runs against.
+class EngineHosts::Host final : public engine::Env {
+ public:
+  Host(EngineHosts& hosts, uint32_t index, std::vector<Link*> uplinks)
+      : hosts_(hosts), index_(index), uplinks_(std::move(uplinks)), scratch_(uplinks_.size()) {
+    for (auto& s : scratch_) s.resize(kScratchBytes);
+  }
+
+  uint32_t tx_room(uint32_t plane) override { return plane < uplinks_.size() ? uplink_room(*uplinks_[plane]) : 0; }
+
+  std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
+    if (plane >= scratch_.size() || len > kScratchBytes) return {};
+    return {scratch_[plane].data(), len};
+  }
+
+  void tx_send(uint32_t plane, uint32_t len) override {
+    if (plane >= scratch_.size() || len > kScratchBytes) return;
+    const uint8_t* p = scratch_[plane].data();
+    if (hosts_.tap_) hosts_.tap_(index_, plane, {p, len}, hosts_.now());
+    uplinks_[plane]->send(std::vector<uint8_t>(p, p + len));
+  }
+
+  void complete(const engine::Completion& c) override {
+    if (hosts_.observers_.complete) hosts_.observers_.complete(index_, c);
+    if (hosts_.hook_) hosts_.hook_queue_.emplace_back(index_, c);
+  }
+
+  void ev_event(uint32_t qpn, uint32_t ev, engine::EvState from, engine::EvState to, uint64_t drops) override {
+    if (hosts_.observers_.ev_event) hosts_.observers_.ev_event(index_, {hosts_.now(), qpn, ev, from, to, drops});
+  }
+
+  void qp_error(uint32_t qpn, engine::WcStatus why) override {
+    if (hosts_.observers_.qp_error) hosts_.observers_.qp_error(index_, {hosts_.now(), qpn, why});
+  }
+
+  EngineHosts& hosts_;
+  const uint32_t index_;
+  const std::vector<Link*> uplinks_;           // [plane]
+  std::vector<std::vector<uint8_t>> scratch_;  // one TX buffer per plane
+  std::unique_ptr<engine::Engine> engine_;
+  // At most one pending poll; an earlier need cancels and replaces it.
+  EventId poll_event_;
+  Nanos poll_at_ = kNever;
+};
+
+EngineHosts::EngineHosts(EventLoop& loop, Observers observers) : loop_(loop), observers_(std::move(observers)) {}
+
+EngineHosts::~EngineHosts() = default;
+
+void EngineHosts::add(const engine::EngineConfig& tmpl, uint64_t net_seed,
+                      const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks) {
+  const uint32_t h = size();
+  auto host = std::make_unique<Host>(*this, h, std::move(uplinks));
+  engine::EngineConfig ec = tmpl;
+  ec.num_planes = static_cast<uint32_t>(host->uplinks_.size());
+  ec.planes = addrs;
+  ec.seed = derive_seed(derive_seed(derive_seed(net_seed, kEngineSeedTag), tmpl.seed), h);
+  host->engine_ = std::make_unique<engine::Engine>(ec, *host);
+  hosts_.push_back(std::move(host));
+}
+
+engine::Engine& EngineHosts::engine(uint32_t h) { return *hosts_.at(h)->engine_; }
+
+void EngineHosts::deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame) {
+  Host& host = *hosts_[h];
+  host.engine_->on_rx(p, frame, now());
+  host.engine_->poll(now());
+  after_engine_call(host);
+}
+
+int EngineHosts::post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) {
+  Host& host = *hosts_.at(h);
+  const int rc = host.engine_->post_send(qpn, wr, now());
+  host.engine_->poll(now());
+  after_engine_call(host);
+  return rc;
+}
+
+void EngineHosts::poll(uint32_t h) {
+  Host& host = *hosts_.at(h);
+  host.engine_->poll(now());
+  after_engine_call(host);
+}
+
+void EngineHosts::after_engine_call(Host& host) {
+  rearm(host);
+  // A hook may post_send, which lands back here; the shared index makes the
+  // nested call drain what is left, in order.
+  while (hook_next_ < hook_queue_.size()) {
+    const auto [h, c] = hook_queue_[hook_next_++];
+    if (hook_) hook_(h, c);
+  }
+  hook_queue_.clear();
+  hook_next_ = 0;
+}
+
+void EngineHosts::rearm(Host& host) {
+  const engine::Engine& e = *host.engine_;
+  Nanos t = e.next_deadline();
+  // Blocked on a full uplink: wake when one has room again. If the engine
+  // wanted another plane, it is window- or pace-bound and its deadline covers it.
+  if (e.wants_tx()) {
+    for (const Link* up : host.uplinks_) {
+      if (uplink_room(*up) == 0) t = std::min(t, up->time_queued_at_most(room_threshold(*up)));
+    }
+  }
+  if (t == kNever) return;
+  // The engine was just polled at now; a deadline not in the future must not
+  // spin the loop at one instant.
+  t = std::max(t, now() + 1);
+  if (host.poll_at_ <= t) return;  // an earlier poll re-arms when it runs
+  loop_.cancel(host.poll_event_);
+  host.poll_at_ = t;
+  Host* hp = &host;
+  host.poll_event_ = loop_.at(t, [this, hp] {
+    hp->poll_at_ = kNever;
+    hp->poll_event_ = {};
+    poll(hp->index_);
+  });
+}
+
+QpPair EngineHosts::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,
+                                    uint32_t pd_b, const engine::QpCaps& caps) {
+  QpPair r;
+  engine::Engine& a = engine(h_a);
+  engine::Engine& b = engine(h_b);
+  r.qpn_a = a.create_qp(pd_a, caps);
+  r.qpn_b = b.create_qp(pd_b, caps);
+  if (!r.qpn_a || !r.qpn_b) return r;
+
+  engine::QpAttr attr_a = base;
+  attr_a.dest_qpn = r.qpn_b;
+  attr_a.remote = b.config().planes;
+  engine::QpAttr attr_b = base;
+  attr_b.dest_qpn = r.qpn_a;
+  attr_b.remote = a.config().planes;
+  attr_b.sq_psn = base.rq_psn;
+  attr_b.rq_psn = base.sq_psn;
+
+  for (engine::QpState s : {engine::QpState::init, engine::QpState::rtr, engine::QpState::rts}) {
+    r.error = a.modify_qp(r.qpn_a, s, attr_a, now());
+    if (r.error != engine::ModifyError::ok) return r;
+    r.error = b.modify_qp(r.qpn_b, s, attr_b, now());
+    if (r.error != engine::ModifyError::ok) return r;
+  }
+  poll(h_a);
+  poll(h_b);
+  return r;
+}
+
+}  // namespace mrc::sim

@@ -1,0 +1,108 @@
+// The engine hosts of a simulated network, shared by TestNet and Fabric:
+// each host's Engine, the Env it runs against (a frame sent on plane p goes
+// into the host's uplink on p) and the poll timer that drives it. The network
+// owns the links and the topology and hands each frame for a host to
+// deliver(); what it keeps of the engines' events is up to its Observers.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "engine/engine.h"
+#include "sim/event_loop.h"
+#include "sim/link.h"
+
+namespace mrc::sim {
+
+struct EvEvent {
+  Nanos t = 0;
+  uint32_t qpn = 0;
+  uint32_t ev = 0;
+  engine::EvState from = engine::EvState::good;
+  engine::EvState to = engine::EvState::good;
+  uint64_t drops = 0;
+};
+
+struct QpError {
+  Nanos t = 0;
+  uint32_t qpn = 0;
+  engine::WcStatus why = engine::WcStatus::success;
+};
+
+struct QpPair {
+  uint32_t qpn_a = 0;
+  uint32_t qpn_b = 0;
+  engine::ModifyError error = engine::ModifyError::ok;
+  explicit operator bool() const { return qpn_a && qpn_b && error == engine::ModifyError::ok; }
+};
+
+class EngineHosts {
+ public:
+  // Runs after the engine call that produced the completion has returned,
+  // so it may post work (post_send) without re-entering the engine.
+  using CompletionHook = std::function<void(uint32_t host, const engine::Completion&)>;
+  // Sees every frame a host puts on a plane (e.g. for a pcap).
+  using TxTap = std::function<void(uint32_t host, uint32_t plane, std::span<const uint8_t> frame, Nanos t)>;
+  // Engine events as they happen, inside the engine call: for logs and
+  // counters only, never for calling into an engine. Any may be empty.
+  struct Observers {
+    std::function<void(uint32_t host, const engine::Completion&)> complete;
+    std::function<void(uint32_t host, const EvEvent&)> ev_event;
+    std::function<void(uint32_t host, const QpError&)> qp_error;
+  };
+
+  explicit EngineHosts(EventLoop& loop, Observers observers = {});
+  ~EngineHosts();
+  EngineHosts(const EngineHosts&) = delete;
+  EngineHosts& operator=(const EngineHosts&) = delete;
+
+  // Adds host size(), on uplinks.size() planes (uplinks[p] is its uplink on
+  // plane p, 1..engine::kMaxPlanes of them), running an engine configured
+  // as tmpl but for its planes and a seed derived from net_seed, tmpl.seed
+  // and the host index.
+  void add(const engine::EngineConfig& tmpl, uint64_t net_seed,
+           const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks);
+  uint32_t size() const { return static_cast<uint32_t>(hosts_.size()); }
+  engine::Engine& engine(uint32_t h);
+
+  void set_completion_hook(CompletionHook hook) { hook_ = std::move(hook); }
+  void set_tx_tap(TxTap tap) { tap_ = std::move(tap); }
+
+  // A frame arrives at host h on plane p: on_rx, then a poll.
+  void deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame);
+  // engine(h).post_send at now, then a poll.
+  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr);
+  // Polls host h now and re-arms its timer; call after driving the engine
+  // directly (modify_qp, set_ev_state, set_plane_up, ...).
+  void poll(uint32_t h);
+
+  // Creates a QP on each host and moves both RESET -> INIT -> RTR -> RTS with
+  // dest_qpn and the remote's plane addresses. A's sq_psn and rq_psn are
+  // base's; B's are swapped to match. No memory is registered.
+  QpPair connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a, uint32_t pd_b,
+                         const engine::QpCaps& caps);
+
+ private:
+  class Host;
+
+  Nanos now() const { return loop_.now(); }
+  void after_engine_call(Host& host);
+  void rearm(Host& host);
+
+  EventLoop& loop_;
+  Observers observers_;
+  CompletionHook hook_;
+  TxTap tap_;
+  std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
+  // Completions waiting for the hook, which must not run inside the engine;
+  // shared by all hosts so that a hook's post_send keeps them in order.
+  std::vector<std::pair<uint32_t, engine::Completion>> hook_queue_;
+  size_t hook_next_ = 0;
+};
+
+}  // namespace mrc::sim
