@@ -393,8 +393,13 @@ void Sim::schedule_failures() {
   if (end != kNever) net_->at(end, [this] { apply_failure(true); });
 }
 
-// From the failure, the end of the first window (entirely after it) whose
-// placed-byte rate is >= 85 % of the pre-failure rate x (planes-1)/planes.
+// How long a failure held the workload back: the time from the failure to
+// the end of the last window whose placed-byte rate fell below 85 % of the
+// pre-failure rate scaled to the surviving planes. The first windows after a
+// silent failure still look healthy (the other planes' packets keep landing)
+// so the first good window would say nothing; the last bad one does.
+// Windows are looked at until 90 % of all bytes are placed, so the drain at
+// the end of the workload is not taken for a stall. 0: no window fell below.
 std::optional<double> Sim::recovery_us() const {
   if (fail_ns_ == kNever || placed_.empty()) return std::nullopt;
   const Nanos step = static_cast<Nanos>(o_.sample_us * 1000);
@@ -408,11 +413,13 @@ std::optional<double> Sim::recovery_us() const {
   if (pre_w == 0) return std::nullopt;
   const double pre_rate = double(at(fail_ns_) - at(fail_ns_ - pre_w)) / double(pre_w);
   const double target = 0.85 * pre_rate * (o_.planes - 1) / std::max(1u, o_.planes);
+  const uint64_t total = placed_.back();
   const Nanos last = kStart + (placed_.size() - 1) * step;
-  for (Nanos t = fail_ns_ + w; t <= last; t += step) {
-    if (double(at(t) - at(t - w)) / double(w) >= target) return double(t - fail_ns_) / 1000.0;
+  Nanos stalled_until = fail_ns_;
+  for (Nanos t = fail_ns_ + w; t <= last && at(t) < total / 10 * 9; t += step) {
+    if (double(at(t) - at(t - w)) / double(w) < target) stalled_until = t;
   }
-  return std::nullopt;
+  return double(stalled_until - fail_ns_) / 1000.0;
 }
 
 std::string json_num(double v) {
@@ -728,7 +735,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--duration-us", o.duration_us, "simulated time cap")->capture_default_str();
   app.add_option("--sample-us", o.sample_us, "goodput sampling period")->capture_default_str();
-  app.add_option("--recovery-window-us", o.recovery_window_us)->capture_default_str();
+  app.add_option("--recovery-window-us", o.recovery_window_us, "window over which recovery compares goodput")
+      ->capture_default_str();
   app.add_option("--timeline", o.timeline, "write a per-interval CSV");
   app.add_option("--timeline-interval-us", o.timeline_interval_us)->capture_default_str();
   app.add_option("--pcap", o.pcap, "capture host 0's plane 0 uplink");
