@@ -28,7 +28,7 @@ run_meson_tests() {  # build dir, label, meson test args...
   rm -f "$log"
 }
 
-step() { echo; echo "=== $*"; }
+step() { echo; echo "=== [$((SECONDS / 60))m$((SECONDS % 60))s] $*"; }
 
 step "setup"
 scripts/setup.sh; record setup $?
@@ -78,6 +78,7 @@ else
 fi
 
 echo
+echo "total time: $((SECONDS / 60))m$((SECONDS % 60))s"
 if [ ${#failures[@]} -gt 0 ]; then printf 'failed: %s\n' "${failures[@]}"; fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
