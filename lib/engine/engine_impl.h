@@ -233,6 +233,8 @@ struct Engine::Impl {
   void ack_through(Qp& qp, uint32_t cack, Nanos now, AckSample& s);
   void ack_one(Qp& qp, uint32_t psn, AckSample& s);
   void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
+  void queue_retransmit(Qp& qp, uint32_t psn);
+  void take_out_of_flight(Qp& qp, TxPkt& t);
   void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path);
   void advance_una(Qp& qp, Nanos now, bool progress);
   void complete_acked_wqes(Qp& qp, Nanos now);

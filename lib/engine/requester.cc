@@ -210,11 +210,8 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
 void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
   TxPkt& t = qp.win[psn & qp.win_mask];
   if (t.flags & kPktAcked) return;
-  if (t.flags & kPktInFlight) {
-    qp.inflight_bytes -= t.len;
-    --qp.plane_inflight[qp.evs[t.ev].plane];
-  }
-  t.flags = static_cast<uint8_t>((t.flags | kPktAcked) & ~kPktInFlight);
+  take_out_of_flight(qp, t);
+  t.flags |= kPktAcked;
   s.bytes_acked += t.len;
   qp.rack_sent_at = std::max(qp.rack_sent_at, t.sent_at);
 }
@@ -239,14 +236,24 @@ void Engine::Impl::advance_una(Qp& qp, Nanos now, bool progress) {
 void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now) {
   TxPkt& t = qp.win[psn & qp.win_mask];
   if ((t.flags & kPktAcked) || (t.flags & kPktQueued)) return;
-  if (t.flags & kPktInFlight) {
-    qp.inflight_bytes -= t.len;
-    --qp.plane_inflight[qp.evs[t.ev].plane];
-  }
-  t.flags = static_cast<uint8_t>((t.flags & ~kPktInFlight) | kPktQueued);
-  qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
+  queue_retransmit(qp, psn);
   qp.ctr.inc(why);
   if (path_failed) ev_lost(qp, t.ev, now);
+}
+
+void Engine::Impl::queue_retransmit(Qp& qp, uint32_t psn) {
+  TxPkt& t = qp.win[psn & qp.win_mask];
+  take_out_of_flight(qp, t);
+  t.flags |= kPktQueued;
+  qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
+}
+
+// The packet no longer counts against the windows: acknowledged, or lost.
+void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t) {
+  if (!(t.flags & kPktInFlight)) return;
+  qp.inflight_bytes -= t.len;
+  --qp.plane_inflight[qp.evs[t.ev].plane];
+  t.flags &= ~kPktInFlight;
 }
 
 // RACK: a packet is lost once a packet sent more than a reorder window after
@@ -433,14 +440,8 @@ void Engine::Impl::go_back_n(Qp& qp, uint32_t from, QpCtr why) {
   }
   qp.rtx_head = qp.rtx_tail = 0;
   for (uint32_t psn = from; in_flight_range(qp, psn); psn = psn_add(psn, 1)) {
-    TxPkt& t = qp.win[psn & qp.win_mask];
-    if (t.flags & kPktAcked) continue;
-    if (t.flags & kPktInFlight) {
-      qp.inflight_bytes -= t.len;
-      --qp.plane_inflight[qp.evs[t.ev].plane];
-    }
-    t.flags = static_cast<uint8_t>((t.flags & ~kPktInFlight) | kPktQueued);
-    qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
+    if (qp.win[psn & qp.win_mask].flags & kPktAcked) continue;
+    queue_retransmit(qp, psn);
     qp.ctr.inc(why);
   }
 }
