@@ -33,7 +33,21 @@ echo "== tshark: IPv6 with STEV EVs (flow label low 16 bits + UDP source port)"
 tshark -r "$out/mrc-v6-stev.pcap" 2>/dev/null -T fields -E header=y -e frame.number -e ipv6.flow -e udp.srcport \
   -e infiniband.bth.opcode -e infiniband.bth.psn | column -t
 echo
-echo "opcodes: 198 WRITE_FIRST 199 WRITE_MIDDLE 201 WRITE_LAST_IMM 216/217 endpoint request/response 220 SACK 221 NACK 222 probe"
+echo "opcodes: 198 WRITE_FIRST 199 WRITE_MIDDLE 200 WRITE_LAST 201 WRITE_LAST_IMM 216/217 endpoint request/response 220 SACK 221 NACK 222 probe"
 echo "data packets per plane (source IP): $(tshark -r "$out/mrc-v4.pcap" -Y 'infiniband.bth.opcode < 200 || infiniband.bth.opcode == 201' \
   -T fields -e ip.src 2>/dev/null | sort | uniq -c | awk '{printf "%s=%s ", $2, $1}')"
 echo "pcaps and the manifest of every field written are in $out/"
+
+echo
+echo "== the same protocol engine in mrc-sim: 16 hosts, 4 planes, plane 1 fails silently at 60 us"
+for t in mrc rocev2; do
+  build/app/mrc-sim --config config/scenarios/plane_failure.conf --transport "$t" 2>/dev/null > "$out/sim-$t.json"
+  /usr/bin/python3 - "$out/sim-$t.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+done = (f"all flows done by {d['fct_us']['max']:.0f} us" if not d['flows_incomplete']
+        else f"{d['flows_incomplete']} flows never finished ({d['errors']['qp_errors']} QPs failed)")
+print(f"{d['transport']:>7}: goodput {d['goodput_gbps']:6.0f} Gb/s ({100 * d['goodput_fraction']:.0f}% of ideal), "
+      f"stalled {d['recovery_us']:.0f} us after the failure, {done}, integrity {'ok' if d['integrity_ok'] else 'BROKEN'}")
+PY
+done
