@@ -26,14 +26,15 @@ namespace mrc::engine {
   X(tx_drop_no_buffer, "frames not sent because the host gave no buffer")
 
 // Parse errors get one device counter each, named rx_drop_<reason>.
-#define MRC_DEV_PARSE_COUNTERS(X)                                                                            \
-  X(rx_drop_truncated_eth)                                                                                   \
-  X(rx_drop_truncated_vlan)                                                                                  \
-  X(rx_drop_not_ip)                                                                                          \
-  X(rx_drop_truncated_ip) X(rx_drop_bad_ip_version) X(rx_drop_bad_ip_header_len) X(rx_drop_bad_ip_length)    \
-      X(rx_drop_ip_fragment) X(rx_drop_not_udp) X(rx_drop_truncated_udp) X(rx_drop_bad_udp_length)           \
-          X(rx_drop_not_roce_port) X(rx_drop_truncated_bth) X(rx_drop_bad_version) X(rx_drop_unknown_opcode) \
-              X(rx_drop_truncated_header) X(rx_drop_bad_pad_count) X(rx_drop_bad_length) X(rx_drop_bad_icrc)
+#define MRC_DEV_PARSE_COUNTERS(X)                                                                               \
+  X(rx_drop_truncated_eth)                                                                                      \
+  X(rx_drop_truncated_vlan)                                                                                     \
+  X(rx_drop_not_ip)                                                                                             \
+  X(rx_drop_truncated_ip)                                                                                       \
+  X(rx_drop_bad_ip_version) X(rx_drop_bad_ip_header_len) X(rx_drop_bad_ip_length) X(rx_drop_ip_fragment)        \
+      X(rx_drop_not_udp) X(rx_drop_truncated_udp) X(rx_drop_bad_udp_length) X(rx_drop_not_roce_port)            \
+          X(rx_drop_truncated_bth) X(rx_drop_bad_version) X(rx_drop_unknown_opcode) X(rx_drop_truncated_header) \
+              X(rx_drop_bad_pad_count) X(rx_drop_bad_length) X(rx_drop_bad_icrc)
 
 // Per QP.
 #define MRC_QP_COUNTERS(X)                                                     \

@@ -150,14 +150,14 @@ bool Engine::destroy_qp(uint32_t qpn) {
   return true;
 }
 
-ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos now) {
+ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /*now*/) {
   auto& I = *impl_;
   Qp* qpp = I.find_qp(qpn);
   if (!qpp) return ModifyError::no_qp;
   Qp& qp = *qpp;
   const QpState from = qp.state;
   if (to == QpState::error) {
-    I.enter_error(qp, WcStatus::wr_flush_err, now);
+    I.enter_error(qp, WcStatus::wr_flush_err);
     return ModifyError::ok;
   }
   if (to == QpState::reset) {
@@ -273,11 +273,11 @@ void Engine::Impl::complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, ui
   env.complete(c);
 }
 
-void Engine::Impl::enter_error(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit) {
+void Engine::Impl::enter_error(Qp& qp, WcStatus cause, uint32_t culprit) {
   if (qp.state == QpState::error) return;
   const bool was_active = qp.state == QpState::rts || qp.state == QpState::rtr;
   qp.state = QpState::error;
-  flush(qp, cause, now, culprit);
+  flush(qp, cause, culprit);
   if (was_active && cause != WcStatus::wr_flush_err) env.qp_error(qp.qpn, cause);
 }
 
@@ -338,7 +338,7 @@ void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
   } else if (p.at.flags & kOpAeth) {
     I.on_aeth(*qp, p, now);
   } else if (p.at.flags & kOpPeth) {
-    I.on_probe(*qp, plane, p, now);
+    I.on_probe(*qp, plane, p);
   } else if (p.at.flags & kOpCnp) {
     I.on_cnp(*qp, now);
   }
@@ -385,14 +385,13 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
   finish_frame(m, !cfg.icrc_offload);
   env.tx_send(plane, m.at.size);
   ctr.inc(DevCtr::tx_endpoint_responses);
-  (void)now;
 }
 
 // ---------------------------------------------------------------------------
 // Timers and transmit
 
 void Engine::Impl::poll_qp(Qp& qp, Nanos now) {
-  if (qp.ack_now || (qp.unacked_pkts && now >= qp.ack_deadline)) send_sack(qp, now, false, 0);
+  if (qp.ack_now || (qp.unacked_pkts && now >= qp.ack_deadline)) send_sack(qp, false, 0);
   if (qp.state != QpState::rts) return;
   if (qp.snd_una != qp.snd_nxt && now >= qp.rto_deadline) on_rto(qp, now);
   if (qp.state != QpState::rts) return;
@@ -500,13 +499,18 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
 
 bool Engine::plane_up(uint32_t plane) const { return plane < kMaxPlanes && impl_->plane_up[plane]; }
 
-void Engine::send_port_status(Nanos now) {
+void Engine::send_port_status(Nanos /*now*/) {
   auto& I = *impl_;
+  // One update per peer address and plane, however many QPs lead there.
+  std::vector<std::pair<uint32_t, IpAddr>> told;
   for (uint32_t qpn : qpns()) {
     Qp& qp = I.qps[qpn - Impl::kFirstQpn];
     if (qp.state != QpState::rts) continue;
     for (uint32_t p = 0; p < I.cfg.num_planes; ++p) {
       if (!I.plane_up[p]) continue;
+      const std::pair<uint32_t, IpAddr> peer{p, qp.attr.remote[p].ip};
+      if (std::find(told.begin(), told.end(), peer) != told.end()) continue;
+      told.push_back(peer);
       I.send_ctrl(qp, p, uint8_t(Opcode::mrc_endpoint_request), 0xC000, 0, [&](const MutablePacket& m) {
         m.bth().set_dest_qp(kEndpointQpn);
         m.erth().set_op(uint8_t(EndpointOp::port_status_update));
@@ -515,7 +519,6 @@ void Engine::send_port_status(Nanos now) {
       I.ctr.inc(DevCtr::tx_port_status);
     }
   }
-  (void)now;
 }
 
 bool Engine::set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now) {

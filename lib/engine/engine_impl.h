@@ -210,8 +210,8 @@ struct Engine::Impl {
   const Mr* find_rkey(uint32_t rkey, uint32_t pd) const;
   void activate(Qp& qp);
   // `culprit`: SQ index of the WR that fails with `cause`; the oldest by default.
-  void enter_error(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit);
-  void enter_error(Qp& qp, WcStatus cause, Nanos now) { enter_error(qp, cause, now, qp.sq_head); }
+  void enter_error(Qp& qp, WcStatus cause, uint32_t culprit);
+  void enter_error(Qp& qp, WcStatus cause) { enter_error(qp, cause, qp.sq_head); }
   void complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, uint32_t len, uint32_t imm, bool has_imm);
   bool is_local_ip(const wire::IpAddr& ip, uint32_t plane) const;
   void on_endpoint(uint32_t plane, const wire::Packet& p, Nanos now);
@@ -230,27 +230,27 @@ struct Engine::Impl {
   void on_nack(Qp& qp, const wire::Packet& p, Nanos now);
   void on_aeth(Qp& qp, const wire::Packet& p, Nanos now);
   void on_cnp(Qp& qp, Nanos now);
-  void ack_through(Qp& qp, uint32_t cack, Nanos now, AckSample& s);
+  void ack_through(Qp& qp, uint32_t cack, AckSample& s);
   void ack_one(Qp& qp, uint32_t psn, AckSample& s);
   void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
   void queue_retransmit(Qp& qp, uint32_t psn);
   void take_out_of_flight(Qp& qp, TxPkt& t);
   void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path);
   void advance_una(Qp& qp, Nanos now, bool progress);
-  void complete_acked_wqes(Qp& qp, Nanos now);
+  void complete_acked_wqes(Qp& qp);
   void on_rto(Qp& qp, Nanos now);
   void arm_tlp(Qp& qp, Nanos now);
   Nanos reorder_window(const Qp& qp) const;
   void send_tlp(Qp& qp, Nanos now);
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;
-  void flush(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit);
+  void flush(Qp& qp, WcStatus cause, uint32_t culprit);
 
   // responder.cc
   void on_data(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
   void on_data_rocev2(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
-  void on_probe(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
-  void send_sack(Qp& qp, Nanos now, bool probe_reply, uint16_t probe_id);
+  void on_probe(Qp& qp, uint32_t plane, const wire::Packet& p);
+  void send_sack(Qp& qp, bool probe_reply, uint16_t probe_id);
   void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
   void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);
   void deliver_imms(Qp& qp);

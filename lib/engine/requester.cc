@@ -70,7 +70,7 @@ int Engine::Impl::post_send(Qp& qp, const SendWr& wr, Nanos now) {
   }
   qp.sq[qp.sq_tail++ & qp.sq_mask] = e;
   activate(qp);
-  if (e.error != WcStatus::success) complete_acked_wqes(qp, now);
+  if (e.error != WcStatus::success) complete_acked_wqes(qp);
   transmit(qp, now, 64);
   return 0;
 }
@@ -216,10 +216,9 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
   qp.rack_sent_at = std::max(qp.rack_sent_at, t.sent_at);
 }
 
-void Engine::Impl::ack_through(Qp& qp, uint32_t cack, Nanos now, AckSample& s) {
+void Engine::Impl::ack_through(Qp& qp, uint32_t cack, AckSample& s) {
   for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, cack); psn = psn_add(psn, 1))
     ack_one(qp, psn, s);
-  (void)now;
 }
 
 void Engine::Impl::advance_una(Qp& qp, Nanos now, bool progress) {
@@ -230,7 +229,7 @@ void Engine::Impl::advance_una(Qp& qp, Nanos now, bool progress) {
     qp.retries = 0;
     qp.rto_deadline = qp.snd_una == qp.snd_nxt ? kNever : now + rto_for(qp);
   }
-  complete_acked_wqes(qp, now);
+  complete_acked_wqes(qp);
 }
 
 void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now) {
@@ -309,7 +308,7 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
       }
     }
   }
-  ack_through(qp, cack, now, smp);
+  ack_through(qp, cack, smp);
   const uint32_t base = psn_add(cack, static_cast<int16_t>(s.sack_offset()));
   for (uint64_t bits = s.sack_bitmap(); bits; bits &= bits - 1) {
     const uint32_t psn = psn_add(base, std::countr_zero(bits));
@@ -378,7 +377,7 @@ void Engine::Impl::on_nack(Qp& qp, const Packet& p, Nanos now) {
       qp.cc->on_nack(true, t.len, now);
       mark_lost(qp, psn, QpCtr::rtx_nack, false, now);
       break;
-    case NackReason::unexp_event: enter_error(qp, WcStatus::rem_op_err, now); return;
+    case NackReason::unexp_event: enter_error(qp, WcStatus::rem_op_err); return;
     default:  // out of window or out of resources: resend later
       qp.cc->on_nack(false, t.len, now);
       mark_lost(qp, psn, QpCtr::rtx_nack, false, now);
@@ -398,7 +397,7 @@ void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
     if (!in_flight_range(qp, psn)) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
     const TxPkt& t = qp.win[psn & qp.win_mask];
     if (!(t.flags & kPktAcked) && t.tx_count == 1) smp.rtt_ns = now - t.sent_at;
-    ack_through(qp, psn, now, smp);
+    ack_through(qp, psn, smp);
     advance_una(qp, now, false);
     smp.inflight_bytes = qp.inflight_bytes;
     if (smp.bytes_acked) qp.cc->on_ack(smp, now);
@@ -409,7 +408,7 @@ void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
   // In RC a NAK acknowledges every PSN before the one it names; MRC places
   // out of order, so there it says nothing about earlier PSNs.
   if (cfg.transport == Transport::rocev2) {
-    ack_through(qp, psn_add(psn, -1), now, smp);
+    ack_through(qp, psn_add(psn, -1), smp);
     advance_una(qp, now, smp.bytes_acked != 0);
     if (qp.state != QpState::rts) return;
   }
@@ -424,7 +423,7 @@ void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
                                                      : WcStatus::rem_op_err;
   // The WR that owns the refused PSN fails; every other one is flushed.
   const uint32_t culprit = in_flight_range(qp, psn) ? qp.win[psn & qp.win_mask].sq_index : qp.sq_head;
-  enter_error(qp, why, now, culprit);
+  enter_error(qp, why, culprit);
 }
 
 void Engine::Impl::on_cnp(Qp& qp, Nanos now) {
@@ -452,7 +451,7 @@ void Engine::Impl::on_rto(Qp& qp, Nanos now) {
   const bool infinite = qp.attr.retry_exp >= 25;
   if (!infinite && qp.retries > uint32_t(qp.attr.retry_linear) + qp.attr.retry_exp) {
     qp.ctr.inc(QpCtr::retry_exceeded);
-    return enter_error(qp, WcStatus::retry_exc_err, now);
+    return enter_error(qp, WcStatus::retry_exc_err);
   }
   qp.cc->on_timeout(now);
   if (cfg.transport == Transport::rocev2) {
@@ -478,12 +477,12 @@ void Engine::Impl::on_rto(Qp& qp, Nanos now) {
 // ---------------------------------------------------------------------------
 // Completions
 
-void Engine::Impl::complete_acked_wqes(Qp& qp, Nanos now) {
+void Engine::Impl::complete_acked_wqes(Qp& qp) {
   while (qp.sq_head != qp.sq_tail) {
     SqEntry& e = qp.sq[qp.sq_head & qp.sq_mask];
     if (e.error != WcStatus::success) {
       // Every earlier WR has completed: now this one fails, and the QP with it.
-      return enter_error(qp, e.error, now);
+      return enter_error(qp, e.error);
     }
     if (qp.sq_head == qp.sq_send) return;  // not fully sent
     const uint32_t last = psn_add(e.first_psn, e.npkts - 1);
@@ -499,7 +498,7 @@ void Engine::Impl::complete_acked_wqes(Qp& qp, Nanos now) {
 
 // On entering ERROR every outstanding WR completes: the culprit with the
 // cause, the rest flushed, as verbs does.
-void Engine::Impl::flush(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit) {
+void Engine::Impl::flush(Qp& qp, WcStatus cause, uint32_t culprit) {
   while (qp.sq_head != qp.sq_tail) {
     const uint32_t index = qp.sq_head++;
     const SqEntry& e = qp.sq[index & qp.sq_mask];
@@ -520,7 +519,6 @@ void Engine::Impl::flush(Qp& qp, WcStatus cause, Nanos now, uint32_t culprit) {
   qp.ack_now = false;
   qp.rto_deadline = kNever;
   qp.next_probe_at = kNever;
-  (void)now;
 }
 
 }  // namespace mrc::engine

@@ -143,7 +143,7 @@ void Engine::Impl::deliver_imms(Qp& qp) {
     if (qp.rq_head == qp.rq_tail) {
       // MRC has no RNR: the application must have posted its receives.
       qp.ctr.inc(QpCtr::rx_drop_no_recv_wqe);
-      return enter_error(qp, WcStatus::fatal_err, 0);
+      return enter_error(qp, WcStatus::fatal_err);
     }
     const RecvWr& r = qp.rq[qp.rq_head++ & qp.rq_mask];
     qp.ctr.inc(QpCtr::imm_delivered);
@@ -151,7 +151,7 @@ void Engine::Impl::deliver_imms(Qp& qp) {
   }
 }
 
-void Engine::Impl::send_sack(Qp& qp, Nanos now, bool probe_reply, uint16_t probe_id) {
+void Engine::Impl::send_sack(Qp& qp, bool probe_reply, uint16_t probe_id) {
   const bool mrc = cfg.transport == Transport::mrc;
   const uint32_t plane = qp.ack_trigger_plane;
   const uint32_t cack = qp.rcv_cack;
@@ -195,7 +195,6 @@ void Engine::Impl::send_sack(Qp& qp, Nanos now, bool probe_reply, uint16_t probe
   }
   qp.ack_trigger_ecn = false;
   if (sent) qp.ctr.inc(QpCtr::tx_acks);
-  (void)now;
 }
 
 void Engine::Impl::send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, NackReason r) {
@@ -221,7 +220,7 @@ void Engine::Impl::send_aeth(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, 
   if (sent) qp.ctr.inc(QpCtr::tx_nacks);
 }
 
-void Engine::Impl::on_probe(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
+void Engine::Impl::on_probe(Qp& qp, uint32_t plane, const Packet& p) {
   qp.ctr.inc(QpCtr::rx_probes);
   // The reply goes back on the probed EV and carries the probe id, the
   // current bitmap and CC state: a probe is also a reliability query.
@@ -230,7 +229,7 @@ void Engine::Impl::on_probe(Qp& qp, uint32_t plane, const Packet& p, Nanos now) 
   qp.ack_trigger_psn = psn_add(qp.rcv_cack, 1);
   qp.ack_trigger_ecn = p.ecn() == kEcnCe;
   qp.ack_trigger_ts = p.peth().tx_timestamp();
-  send_sack(qp, now, true, p.peth().probe_id());
+  send_sack(qp, true, p.peth().probe_id());
 }
 
 void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
@@ -311,7 +310,7 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
     if (p.at.imm) {
       if (qp.rq_head == qp.rq_tail) {
         qp.ctr.inc(QpCtr::rx_drop_no_recv_wqe);
-        return enter_error(qp, WcStatus::fatal_err, now);
+        return enter_error(qp, WcStatus::fatal_err);
       }
       const RecvWr& r = qp.rq[qp.rq_head++ & qp.rq_mask];
       qp.ctr.inc(QpCtr::imm_delivered);
