@@ -23,7 +23,8 @@ namespace mrc::engine {
 class Env {
  public:
   virtual ~Env() = default;
-  // Frames the plane can take right now without dropping; 0 when full.
+  // Frames of up to one MTU the plane can take right now without dropping;
+  // 0 when full.
   virtual uint32_t tx_room(uint32_t plane) = 0;
   // A buffer for one frame of at most `len` bytes on `plane`, valid until
   // tx_send() for that plane; empty when none is available.

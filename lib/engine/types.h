@@ -117,7 +117,7 @@ struct NsccConfig {
   float fi_scale = 0.25f;
   float gamma = 0.8f;
   float max_md_jump = 0.5f;
-  uint32_t max_cwnd = 0;  // bytes; 0: 1.5 x BDP at 100 Gb/s x base_rtt
+  uint32_t max_cwnd = 0;  // bytes; 0: 1.5 x BDP, the NIC rate (all planes) x base_rtt
   uint8_t qa_gate = 3;
   uint32_t qa_threshold = 0;  // ns; 0: 4 x target_delay
   uint32_t target_delay = 0;  // ns; 0: 0.75 x base_rtt
