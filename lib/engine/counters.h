@@ -25,17 +25,6 @@ namespace mrc::engine {
   X(tx_port_status, "port status updates sent")                               \
   X(tx_drop_no_buffer, "frames not sent because the host gave no buffer")
 
-// Parse errors get one device counter each, named rx_drop_<reason>.
-#define MRC_DEV_PARSE_COUNTERS(X)                                                                               \
-  X(rx_drop_truncated_eth)                                                                                      \
-  X(rx_drop_truncated_vlan)                                                                                     \
-  X(rx_drop_not_ip)                                                                                             \
-  X(rx_drop_truncated_ip)                                                                                       \
-  X(rx_drop_bad_ip_version) X(rx_drop_bad_ip_header_len) X(rx_drop_bad_ip_length) X(rx_drop_ip_fragment)        \
-      X(rx_drop_not_udp) X(rx_drop_truncated_udp) X(rx_drop_bad_udp_length) X(rx_drop_not_roce_port)            \
-          X(rx_drop_truncated_bth) X(rx_drop_bad_version) X(rx_drop_unknown_opcode) X(rx_drop_truncated_header) \
-              X(rx_drop_bad_pad_count) X(rx_drop_bad_length) X(rx_drop_bad_icrc)
-
 // Per QP.
 #define MRC_QP_COUNTERS(X)                                                     \
   X(tx_data_pkts, "data packets sent, first transmissions")                    \
@@ -98,20 +87,27 @@ namespace mrc::engine {
   X(probe_replies, "probe replies for this EV")      \
   X(state_changes, "state transitions of this EV")
 
+// Every parse error (wire::MRC_PARSE_ERRORS) is also a device counter,
+// named rx_drop_<reason>, generated from the same table.
 #define MRC_X_ENUM(name, ...) name,
-enum class DevCtr : uint16_t { MRC_DEV_COUNTERS(MRC_X_ENUM) MRC_DEV_PARSE_COUNTERS(MRC_X_ENUM) count };
+#define MRC_X_PARSE_ENUM(name, help) rx_drop_##name,
+enum class DevCtr : uint16_t { MRC_DEV_COUNTERS(MRC_X_ENUM) MRC_PARSE_ERRORS(MRC_X_PARSE_ENUM) count };
+#undef MRC_X_PARSE_ENUM
 enum class QpCtr : uint16_t { MRC_QP_COUNTERS(MRC_X_ENUM) count };
 enum class EvCtr : uint16_t { MRC_EV_COUNTERS(MRC_X_ENUM) count };
 #undef MRC_X_ENUM
 
 #define MRC_X_NAME(name, ...) #name,
+#define MRC_X_PARSE_NAME(name, help) "rx_drop_" #name,
 inline constexpr std::array<std::string_view, size_t(DevCtr::count)> kDevCtrNames = {
-    MRC_DEV_COUNTERS(MRC_X_NAME) MRC_DEV_PARSE_COUNTERS(MRC_X_NAME)};
+    MRC_DEV_COUNTERS(MRC_X_NAME) MRC_PARSE_ERRORS(MRC_X_PARSE_NAME)};
+#undef MRC_X_PARSE_NAME
 inline constexpr std::array<std::string_view, size_t(QpCtr::count)> kQpCtrNames = {MRC_QP_COUNTERS(MRC_X_NAME)};
 inline constexpr std::array<std::string_view, size_t(EvCtr::count)> kEvCtrNames = {MRC_EV_COUNTERS(MRC_X_NAME)};
 #undef MRC_X_NAME
 
-// The parse counters follow MRC_PARSE_ERRORS one for one.
+// parse_error_counter relies on the parse counters closing the enum in
+// MRC_PARSE_ERRORS order, right after ParseError::ok.
 static_assert(size_t(DevCtr::count) - size_t(DevCtr::rx_drop_truncated_eth) == wire::kParseErrorCount - 1);
 
 inline DevCtr parse_error_counter(wire::ParseError e) {

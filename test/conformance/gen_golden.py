@@ -142,6 +142,7 @@ def cxx(vs):
         "// an implementation independent of ours; field values are documented in",
         "// gen_golden.py.",
         "#pragma once",
+        "// clang-format off",
         "",
         "#include <cstdint>",
         "#include <string_view>",
@@ -178,7 +179,7 @@ def cxx(vs):
                      f"{str(bool(v['ack_req'])).lower()}, {str(v['has_reth']).lower()}, "
                      f"0x{v['va']:016x}ull, 0x{v['rkey']:08x}, {v['dma_len']}, 0x{v['icrc_wire_le']:08x}, "
                      f"{v['payload_len']}}},")
-    lines += ["};", "", "}  // namespace mrc::test", ""]
+    lines += ["};", "", "}  // namespace mrc::test", "// clang-format on", ""]
     return "\n".join(lines)
 
 

@@ -415,3 +415,10 @@ TEST_CASE("with ICRC offload the engine neither computes nor checks the ICRC") {
   CHECK(p.net.engine(0).counters()[DevCtr::rx_drop_bad_icrc] == 0);
   CHECK(p.net.engine(0).counters()[DevCtr::rx_drop_unknown_qp] == 1);
 }
+
+TEST_CASE("every parse error has the device counter of the same name") {
+  for (unsigned i = 1; i < wire::kParseErrorCount; ++i) {
+    const auto e = static_cast<wire::ParseError>(i);
+    CHECK(kDevCtrNames[size_t(parse_error_counter(e))] == "rx_drop_" + std::string(wire::parse_error_name(e)));
+  }
+}

@@ -4,6 +4,7 @@
 // an implementation independent of ours; field values are documented in
 // gen_golden.py.
 #pragma once
+// clang-format off
 
 #include <cstdint>
 #include <string_view>
@@ -95,3 +96,4 @@ inline const std::vector<GoldenVector> kGoldenVectors = {
 };
 
 }  // namespace mrc::test
+// clang-format on
