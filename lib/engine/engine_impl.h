@@ -27,6 +27,10 @@ struct Mr {
   uint32_t lkey = 0;
   uint32_t rkey = 0;
   bool valid = false;
+  // [addr, addr + len) lies inside the region; written so nothing overflows.
+  bool contains(uint64_t addr, uint64_t len) const {
+    return addr >= iova && addr - iova <= length && len <= length - (addr - iova);
+  }
 };
 inline constexpr unsigned kMrIndexBits = 12;
 
@@ -254,6 +258,9 @@ struct Engine::Impl {
   void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
   void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);
   void deliver_imms(Qp& qp);
+  // The region `rkey` names if it takes a remote write of [va, va + len);
+  // else nullptr, with the refusal counted and its NAK syndrome in `nak`.
+  const Mr* check_remote_write(Qp& qp, uint32_t rkey, uint64_t va, uint64_t len, uint8_t& nak);
   void schedule_ack(Qp& qp, bool immediate, Nanos now);
 
   // spray.cc

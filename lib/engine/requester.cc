@@ -54,8 +54,7 @@ int Engine::Impl::post_send(Qp& qp, const SendWr& wr, Nanos now) {
     if (!mr) {
       qp.ctr.inc(QpCtr::wqe_bad_lkey);
       e.error = WcStatus::loc_prot_err;
-    } else if (wr.local_addr < mr->iova || wr.local_addr - mr->iova > mr->length ||
-               wr.length > mr->length - (wr.local_addr - mr->iova)) {
+    } else if (!mr->contains(wr.local_addr, wr.length)) {
       qp.ctr.inc(QpCtr::wqe_bad_length);
       e.error = WcStatus::loc_prot_err;
     } else {

@@ -44,6 +44,22 @@ uint64_t bits_from(const Qp& qp, uint32_t base) {
 
 }  // namespace
 
+const Mr* Engine::Impl::check_remote_write(Qp& qp, uint32_t rkey, uint64_t va, uint64_t len, uint8_t& nak) {
+  const Mr* mr = find_rkey(rkey, qp.pd);
+  QpCtr refused;
+  if (!mr)
+    refused = QpCtr::rx_drop_bad_rkey;
+  else if (!(mr->access & kAccessRemoteWrite))
+    refused = QpCtr::rx_drop_no_access;
+  else if (!mr->contains(va, len))
+    refused = QpCtr::rx_drop_out_of_bounds;
+  else
+    return mr;
+  qp.ctr.inc(refused);
+  nak = kAethNakRemoteAccess;
+  return nullptr;
+}
+
 void Engine::Impl::schedule_ack(Qp& qp, bool immediate, Nanos now) {
   ++qp.unacked_pkts;
   if (immediate || qp.unacked_pkts >= cfg.ack_every) qp.ack_now = true;
@@ -78,18 +94,9 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
   // remote writes, and the bytes must fall inside both region and message.
   const RethView reth = p.reth();
   const uint32_t len = p.at.payload_len;
-  const Mr* mr = find_rkey(reth.rkey(), qp.pd);
   uint8_t nak = 0;
-  if (!mr) {
-    qp.ctr.inc(QpCtr::rx_drop_bad_rkey);
-    nak = kAethNakRemoteAccess;
-  } else if (!(mr->access & kAccessRemoteWrite)) {
-    qp.ctr.inc(QpCtr::rx_drop_no_access);
-    nak = kAethNakRemoteAccess;
-  } else if (reth.va() < mr->iova || reth.va() - mr->iova > mr->length || len > mr->length - (reth.va() - mr->iova)) {
-    qp.ctr.inc(QpCtr::rx_drop_out_of_bounds);
-    nak = kAethNakRemoteAccess;
-  } else if (len > reth.dma_len() || len > qp.attr.pmtu || (!(p.at.flags & kOpLast) && len != qp.attr.pmtu)) {
+  const Mr* mr = check_remote_write(qp, reth.rkey(), reth.va(), len, nak);
+  if (mr && (len > reth.dma_len() || len > qp.attr.pmtu || (!(p.at.flags & kOpLast) && len != qp.attr.pmtu))) {
     qp.ctr.inc(QpCtr::rx_drop_bad_msg);
     nak = kAethNakInvalidReq;
   }
@@ -268,18 +275,8 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
   uint8_t nak = 0;
   if (first) {
     const RethView reth = p.reth();
-    const Mr* mr = find_rkey(reth.rkey(), qp.pd);
-    if (!mr) {
-      qp.ctr.inc(QpCtr::rx_drop_bad_rkey);
-      nak = kAethNakRemoteAccess;
-    } else if (!(mr->access & kAccessRemoteWrite)) {
-      qp.ctr.inc(QpCtr::rx_drop_no_access);
-      nak = kAethNakRemoteAccess;
-    } else if (reth.va() < mr->iova || reth.va() - mr->iova > mr->length ||
-               reth.dma_len() > mr->length - (reth.va() - mr->iova)) {
-      qp.ctr.inc(QpCtr::rx_drop_out_of_bounds);
-      nak = kAethNakRemoteAccess;
-    } else {
+    // RC checks the whole message once, on its first packet.
+    if (const Mr* mr = check_remote_write(qp, reth.rkey(), reth.va(), reth.dma_len(), nak)) {
       qp.rc_mr = mr;
       qp.rc_va = reth.va();
       qp.rc_remaining = reth.dma_len();
