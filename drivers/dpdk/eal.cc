@@ -1,9 +1,12 @@
 #include "dpdk/eal.h"
 
+#include <rte_bus_vdev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_eth_ring.h>
 #include <rte_mbuf.h>
+#include <rte_ring.h>
 
 #include <fmt/format.h>
 
@@ -67,6 +70,27 @@ std::string start_port_minimal(uint16_t port_id, rte_mempool* pool) {
   if (rc < 0) return fmt::format("tx queue: {}", rte_strerror(-rc));
   rc = rte_eth_dev_start(port_id);
   if (rc < 0) return fmt::format("start: {}", rte_strerror(-rc));
+  return {};
+}
+
+std::string add_vdev(const std::string& spec) {
+  const auto comma = spec.find(',');
+  const std::string name = spec.substr(0, comma);
+  const std::string args = comma == std::string::npos ? "" : spec.substr(comma + 1);
+  const int rc = rte_vdev_init(name.c_str(), args.c_str());
+  if (rc != 0) return fmt::format("cannot create {}: {}", name, rte_strerror(-rc));
+  return {};
+}
+
+std::string create_ring_pair(const std::string& a, const std::string& b) {
+  constexpr unsigned kSlots = 2048;
+  const unsigned flags = RING_F_SP_ENQ | RING_F_SC_DEQ;
+  rte_ring* a_to_b = rte_ring_create(("r_" + a).c_str(), kSlots, rte_socket_id(), flags);
+  rte_ring* b_to_a = rte_ring_create(("r_" + b).c_str(), kSlots, rte_socket_id(), flags);
+  if (!a_to_b || !b_to_a) return fmt::format("rings for {}:{}: {}", a, b, rte_strerror(rte_errno));
+  if (rte_eth_from_rings(a.c_str(), &b_to_a, 1, &a_to_b, 1, rte_socket_id()) < 0 ||
+      rte_eth_from_rings(b.c_str(), &a_to_b, 1, &b_to_a, 1, rte_socket_id()) < 0)
+    return fmt::format("ring ports {}:{}: {}", a, b, rte_strerror(rte_errno));
   return {};
 }
 

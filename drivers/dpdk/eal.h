@@ -35,4 +35,11 @@ std::string start_port_minimal(uint16_t port_id, rte_mempool* pool);
 
 std::string format_mac(uint64_t mac);
 
+// Probes a virtual device after EAL init: "NAME[,ARGS]", as EAL's --vdev.
+std::string add_vdev(const std::string& spec);
+
+// Two ethdevs named a and b joined back to back by a pair of rte_rings
+// (what a net_ring vdev cannot do: each of those loops back to itself).
+std::string create_ring_pair(const std::string& a, const std::string& b);
+
 }  // namespace mrc::dp

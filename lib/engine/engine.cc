@@ -56,7 +56,8 @@ Engine::Impl::Impl(const EngineConfig& c, Env& e) : cfg(c), env(e), rng(c.seed) 
   cfg.num_planes = std::clamp<uint32_t>(cfg.num_planes, 1, kMaxPlanes);
   mrs.resize(1u << kMrIndexBits);
   qps.resize(cfg.max_qps);
-  for (uint32_t i = 0; i < qps.size(); ++i) qps[i].qpn = kFirstQpn + i;
+  first_qpn = std::max(cfg.first_qpn, kFirstQpn);
+  for (uint32_t i = 0; i < qps.size(); ++i) qps[i].qpn = first_qpn + i;
   plane_up.fill(true);
   active_qps.reserve(cfg.max_qps);
 }
@@ -88,6 +89,18 @@ bool Engine::reg_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length,
   return false;
 }
 
+bool Engine::import_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length, uint32_t access, uint32_t lkey,
+                        uint32_t rkey) {
+  auto& I = *impl_;
+  const uint32_t slot = lkey & ((1u << kMrIndexBits) - 1);
+  if (!host_ptr || length == 0 || iova + length < iova || slot == 0 || slot != (rkey & ((1u << kMrIndexBits) - 1)))
+    return false;
+  Mr& m = I.mrs[slot];
+  if (m.valid) return false;
+  m = Mr{static_cast<uint8_t*>(host_ptr), iova, length, access, pd, lkey, rkey, true};
+  return true;
+}
+
 bool Engine::dereg_mr(uint32_t lkey) {
   auto& I = *impl_;
   Mr& m = I.mrs[lkey & ((1u << kMrIndexBits) - 1)];
@@ -110,8 +123,8 @@ const Mr* Engine::Impl::find_rkey(uint32_t rkey, uint32_t pd) const {
 // QP lifecycle
 
 Qp* Engine::Impl::find_qp(uint32_t qpn) {
-  if (qpn < kFirstQpn || qpn - kFirstQpn >= qps.size()) return nullptr;
-  Qp& qp = qps[qpn - kFirstQpn];
+  if (qpn < first_qpn || qpn - first_qpn >= qps.size()) return nullptr;
+  Qp& qp = qps[qpn - first_qpn];
   return qp.in_use ? &qp : nullptr;
 }
 
@@ -404,7 +417,7 @@ void Engine::poll(Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
   for (size_t i = 0; i < I.active_qps.size();) {
-    Qp& qp = I.qps[I.active_qps[i] - Impl::kFirstQpn];
+    Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
     I.poll_qp(qp, now);
     const bool idle = qp.state != QpState::rts && qp.state != QpState::rtr
                           ? true
@@ -446,14 +459,14 @@ bool Engine::Impl::qp_wants_tx(const Qp& qp) const {
 Nanos Engine::next_deadline() const {
   auto& I = *impl_;
   Nanos t = kNever;
-  for (uint32_t qpn : I.active_qps) t = std::min(t, I.qp_deadline(I.qps[qpn - Impl::kFirstQpn]));
+  for (uint32_t qpn : I.active_qps) t = std::min(t, I.qp_deadline(I.qps[qpn - I.first_qpn]));
   return t;
 }
 
 bool Engine::wants_tx() const {
   auto& I = *impl_;
   for (uint32_t qpn : I.active_qps)
-    if (I.qp_wants_tx(I.qps[qpn - Impl::kFirstQpn])) return true;
+    if (I.qp_wants_tx(I.qps[qpn - I.first_qpn])) return true;
   return false;
 }
 
@@ -482,7 +495,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
   I.plane_up[plane] = up;
   I.planes_down_mask = up ? I.planes_down_mask & ~(1u << plane) : I.planes_down_mask | (1u << plane);
   for (uint32_t qpn : qpns()) {
-    Qp& qp = I.qps[qpn - Impl::kFirstQpn];
+    Qp& qp = I.qps[qpn - I.first_qpn];
     if (qp.state != QpState::rts) continue;
     for (uint16_t i = 0; i < qp.evs.size(); ++i) {
       if (qp.evs[i].plane != plane) continue;
@@ -504,7 +517,7 @@ void Engine::send_port_status(Nanos /*now*/) {
   // One update per peer address and plane, however many QPs lead there.
   std::vector<std::pair<uint32_t, IpAddr>> told;
   for (uint32_t qpn : qpns()) {
-    Qp& qp = I.qps[qpn - Impl::kFirstQpn];
+    Qp& qp = I.qps[qpn - I.first_qpn];
     if (qp.state != QpState::rts) continue;
     for (uint32_t p = 0; p < I.cfg.num_planes; ++p) {
       if (!I.plane_up[p]) continue;

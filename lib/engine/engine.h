@@ -45,6 +45,9 @@ struct EngineConfig {
   double plane_rate_gbps = 100.0;
   uint64_t seed = 1;
   uint32_t max_qps = 1024;
+  // QPNs are first_qpn .. first_qpn + max_qps - 1, so engines sharing one
+  // device (one per lcore) own disjoint ranges. Below 0x10 is reserved.
+  uint32_t first_qpn = 0x10;
   // Responder ACK policy: a SACK at least every ack_every data packets, or
   // ack_delay after the first unacknowledged one, and at once on AckReq,
   // ECN, duplicates and probes.
@@ -134,6 +137,11 @@ class Engine {
   bool reg_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length, uint32_t access, uint32_t& lkey,
               uint32_t& rkey);
   bool dereg_mr(uint32_t lkey);
+  // Registers a region under keys another engine of the same device chose
+  // (so one device's keys are valid on every lcore). Fails if the keys' slot
+  // is taken here.
+  bool import_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length, uint32_t access, uint32_t lkey,
+                 uint32_t rkey);
 
   // QPs. create_qp returns the QPN, 0 when out of QPs.
   uint32_t create_qp(uint32_t pd, const QpCaps& caps);

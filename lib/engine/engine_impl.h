@@ -200,11 +200,12 @@ struct Engine::Impl {
   Rng rng;
   Counters<DevCtr> ctr;
   std::vector<Mr> mrs;
-  std::vector<Qp> qps;  // index = qpn - kFirstQpn
+  std::vector<Qp> qps;  // index = qpn - first_qpn
   std::vector<uint32_t> active_qps;
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
   Nanos last_now = 0;                          // the latest time the engine was called with
+  uint32_t first_qpn = kFirstQpn;
   static constexpr uint32_t kFirstQpn = 0x10;  // below: reserved (QPN 2 is the endpoint QP)
 
   // engine.cc

@@ -1,0 +1,344 @@
+// mrc-nic: MRC devices on DPDK ports.
+//   mrc-nic [EAL args] -- [--config FILE] [options]
+// The main lcore runs control (link events, the per-second table, telemetry
+// answers arrive through the workers' mailboxes); worker lcores run the
+// devices' RX/TX loops.
+#include <rte_eal.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <csignal>
+#include <memory>
+#include <thread>
+
+#include "config.h"
+#include "dpdk/eal.h"
+#include "dpdk/nic.h"
+#include "dpdk/telemetry.h"
+#include "workload.h"
+
+namespace {
+
+using namespace mrc;
+using nicapp::LinkEvent;
+
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+std::string ev_state_counts(const std::array<uint64_t, 4>& s) {
+  return fmt::format("{}/{}/{}", s[size_t(engine::EvState::good)] + s[size_t(engine::EvState::skip)],
+                     s[size_t(engine::EvState::assumed_bad)], s[size_t(engine::EvState::denied)]);
+}
+
+// The per-interval table: goodput, each plane's wire rate and EV health,
+// retransmits.
+class StatsTable {
+ public:
+  explicit StatsTable(dp::Nic& nic) : nic_(nic) {}
+  void header() {
+    std::string h = fmt::format("{:>7} {:<6} {:>9}", "time_s", "device", "goodput");
+    for (uint32_t p = 0; p < max_planes(); ++p) h += fmt::format(" {:>17}", fmt::format("plane{} Gb/s EVs", p));
+    h += fmt::format(" {:>9}", "rtx");
+    fmt::print("{}\n", h);
+    fmt::print("{:>7} {:<6} {:>9}", "", "", "Gb/s");
+    for (uint32_t p = 0; p < max_planes(); ++p) fmt::print(" {:>17}", "(ok/bad/denied)");
+    fmt::print("\n");
+  }
+  void row(double t, uint64_t goodput_bytes) {
+    const double dt = t - last_t_;
+    if (dt <= 0) return;
+    for (auto& d : nic_.devices()) {
+      const uint32_t di = d->index();
+      if (prev_.size() <= di) prev_.resize(di + 1);
+      auto& pv = prev_[di];
+      std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> states{};
+      uint64_t rtx = 0;
+      for (const auto& qi : d->qp_infos()) {
+        rtx += qi.ctr[engine::QpCtr::tx_retransmits];
+        std::vector<engine::EvInfo> evs;
+        if (!d->ev_info(qi.qpn, evs)) continue;
+        for (const auto& e : evs)
+          if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
+      }
+      std::string line = fmt::format("{:>7.1f} {:<6}", t, d->name());
+      line += di == 0 ? fmt::format(" {:>9.2f}", double(goodput_bytes - last_goodput_) * 8 / dt / 1e9)
+                      : fmt::format(" {:>9}", "");
+      for (uint32_t p = 0; p < d->num_planes(); ++p) {
+        const uint64_t tx = d->plane_counters(p)[size_t(dp::PlaneCtr::tx_bytes)];
+        const double gbps = double(tx - pv.tx[p]) * 8 / dt / 1e9;
+        pv.tx[p] = tx;
+        line += fmt::format(" {:>6.2f}{} {:>9}", gbps, d->link_up(p) ? ' ' : '!', ev_state_counts(states[p]));
+      }
+      for (uint32_t p = d->num_planes(); p < max_planes(); ++p) line += fmt::format(" {:>17}", "");
+      line += fmt::format(" {:>9}", rtx - pv.rtx);
+      pv.rtx = rtx;
+      fmt::print("{}\n", line);
+    }
+    std::fflush(stdout);
+    last_t_ = t;
+    last_goodput_ = goodput_bytes;
+  }
+
+ private:
+  uint32_t max_planes() {
+    uint32_t m = 0;
+    for (auto& d : nic_.devices()) m = std::max(m, d->num_planes());
+    return m;
+  }
+  struct Prev {
+    std::array<uint64_t, engine::kMaxPlanes> tx{};
+    uint64_t rtx = 0;
+  };
+  dp::Nic& nic_;
+  std::vector<Prev> prev_;
+  double last_t_ = 0;
+  uint64_t last_goodput_ = 0;
+};
+
+// Link failures on a schedule: down/up once, or a flap toggling every half
+// period until `until` (then up).
+class LinkSchedule {
+ public:
+  LinkSchedule(dp::Nic& nic, std::vector<LinkEvent> evs, bool port_status)
+      : nic_(nic), evs_(std::move(evs)), port_status_(port_status), next_(evs_.size()) {
+    for (size_t i = 0; i < evs_.size(); ++i) next_[i] = evs_[i].at_s;
+  }
+  void run(double t) {
+    for (size_t i = 0; i < evs_.size(); ++i) {
+      auto& e = evs_[i];
+      if (next_[i] < 0 || t < next_[i]) continue;
+      dp::Device* d = nic_.find_device(e.device);
+      if (!d) continue;
+      bool up = e.kind == LinkEvent::up;
+      if (e.kind == LinkEvent::flap) {
+        up = !d->link_up(e.plane);
+        next_[i] += e.period_s / 2;
+        if (e.until_s > 0 && next_[i] >= e.until_s) {
+          if (t >= e.until_s) {
+            up = true;
+            next_[i] = -1;
+          }
+        }
+      } else {
+        next_[i] = -1;
+      }
+      d->set_link(e.plane, up, port_status_);
+      fmt::print(stderr, "mrc-nic: t={:.3f}s {} plane {} link {}\n", t, e.device, e.plane, up ? "up" : "DOWN");
+    }
+  }
+
+ private:
+  dp::Nic& nic_;
+  std::vector<LinkEvent> evs_;
+  bool port_status_;
+  std::vector<double> next_;
+};
+
+void print_final_counters(dp::Nic& nic) {
+  for (auto& d : nic.devices()) {
+    fmt::print(stderr, "mrc-nic: final counters of {} (non-zero)\n", d->name());
+    const auto ec = d->engine_counters();
+    for (size_t i = 0; i < ec.v.size(); ++i)
+      if (ec.v[i]) fmt::print(stderr, "  {:<32} {}\n", engine::kDevCtrNames[i], ec.v[i]);
+    const auto sc = d->shard_counters();
+    for (size_t i = 0; i < sc.size(); ++i)
+      if (sc[i]) fmt::print(stderr, "  nic_{:<28} {}\n", dp::kShardCtrNames[i], sc[i]);
+    engine::Counters<engine::QpCtr> q;
+    for (const auto& qi : d->qp_infos())
+      for (size_t i = 0; i < q.v.size(); ++i) q.v[i] += qi.ctr.v[i];
+    for (size_t i = 0; i < q.v.size(); ++i)
+      if (q.v[i]) fmt::print(stderr, "  qp_{:<29} {}\n", engine::kQpCtrNames[i], q.v[i]);
+    for (uint32_t p = 0; p < d->num_planes(); ++p)
+      for (const auto& [name, v] : d->port_stats(p))
+        if (v && name != "port_ipackets" && name != "port_opackets")
+          fmt::print(stderr, "  plane{}_{:<25} {}\n", p, name, v);
+  }
+}
+
+std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::WorkloadResult* r, double seconds) {
+  std::string j = "{";
+  j += fmt::format("\"tool\":\"mrc-nic\",\"seconds\":{:.3f}", seconds);
+  if (r) {
+    const double gbps = r->seconds > 0 ? double(r->bytes) * 8 / r->seconds / 1e9 : 0;
+    const double mops = r->seconds > 0 ? double(r->messages) / r->seconds / 1e6 : 0;
+    j += fmt::format(
+        ",\"workload\":{{\"op\":\"{}\",\"role\":\"{}\",\"size\":{},\"qps\":{},\"depth\":{},\"messages\":{},"
+        "\"bytes\":{},\"seconds\":{:.4f},\"goodput_gbps\":{:.3f},\"mops\":{:.4f},\"errors\":{},"
+        "\"slots_checked\":{},\"slots_bad\":{},\"imm_received\":{},\"integrity_ok\":{},\"completions_ok\":{}",
+        o.wl.op,
+        o.wl.listen             ? "responder"
+        : !o.wl.connect.empty() ? "requester"
+                                : "both",
+        r->size, r->qps, r->depth, r->messages, r->bytes, r->seconds, gbps, mops, r->errors, r->slots_checked,
+        r->slots_bad, r->imm_received, r->integrity_ok, r->completions_ok);
+    if (!r->first_error.empty()) j += fmt::format(",\"first_error\":\"{}\"", r->first_error);
+    j += "}";
+  }
+  j += ",\"devices\":{";
+  bool first_dev = true;
+  for (auto& d : nic.devices()) {
+    const auto ec = d->engine_counters();
+    engine::Counters<engine::QpCtr> q;
+    for (const auto& qi : d->qp_infos())
+      for (size_t i = 0; i < q.v.size(); ++i) q.v[i] += qi.ctr.v[i];
+    j += fmt::format("{}\"{}\":{{\"planes\":[", first_dev ? "" : ",", d->name());
+    first_dev = false;
+    for (uint32_t p = 0; p < d->num_planes(); ++p) {
+      const auto pc = d->plane_counters(p);
+      j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", d->spec().planes[p].port,
+                       d->link_up(p) ? "up" : "down");
+      for (size_t i = 0; i < pc.size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPlaneCtrNames[i], pc[i]);
+      for (const auto& [name, v] : d->port_stats(p)) j += fmt::format(",\"{}\":{}", name, v);
+      j += "}";
+    }
+    j += "],\"packets_tx\":" + std::to_string(d->shard_counters()[size_t(dp::ShardCtr::tx_frames)]);
+    j += ",\"packets_rx\":" + std::to_string(d->shard_counters()[size_t(dp::ShardCtr::rx_frames)]);
+    j += ",\"retransmits\":" + std::to_string(q[engine::QpCtr::tx_retransmits]);
+    j += ",\"counters\":{";
+    bool first = true;
+    auto add = [&](std::string_view prefix, std::string_view name, uint64_t v) {
+      if (!v) return;
+      j += fmt::format("{}\"{}{}\":{}", first ? "" : ",", prefix, name, v);
+      first = false;
+    };
+    for (size_t i = 0; i < ec.v.size(); ++i) add("", engine::kDevCtrNames[i], ec.v[i]);
+    const auto sc = d->shard_counters();
+    for (size_t i = 0; i < sc.size(); ++i) add("nic_", dp::kShardCtrNames[i], sc[i]);
+    for (size_t i = 0; i < q.v.size(); ++i) add("qp_", engine::kQpCtrNames[i], q.v[i]);
+    j += "}}";
+  }
+  j += "}}";
+  return j;
+}
+
+int run(int argc, char** argv) {
+  std::string err;
+  const int consumed = dp::eal_init(argc, argv, err);
+  if (consumed < 0) {
+    fmt::print(stderr, "mrc-nic: {}\n", err);
+    return 1;
+  }
+  nicapp::Options o;
+  CLI::App app{"mrc-nic: MRC devices on DPDK ports. Usage: mrc-nic [EAL args] -- [options]"};
+  nicapp::add_options(app, o);
+  try {
+    app.parse(argc - consumed, argv + consumed);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  for (const auto& v : o.vdevs) {
+    if (err = dp::add_vdev(v); !err.empty()) {
+      fmt::print(stderr, "mrc-nic: config error: --add-vdev '{}': {}\n", v, err);
+      return 2;
+    }
+  }
+  for (const auto& pair : o.ring_pairs) {
+    const auto colon = pair.find(':');
+    err = colon == std::string::npos ? "expected A:B"
+                                     : dp::create_ring_pair(pair.substr(0, colon), pair.substr(colon + 1));
+    if (!err.empty()) {
+      fmt::print(stderr, "mrc-nic: config error: --ring-pair '{}': {}\n", pair, err);
+      return 2;
+    }
+  }
+  nicapp::Built b;
+  if (err = nicapp::build(o, b); !err.empty()) {
+    fmt::print(stderr, "mrc-nic: config error: {}\n", err);
+    return 2;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  std::unique_ptr<dp::Nic> nic;
+  try {
+    nic = std::make_unique<dp::Nic>(b.nic);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "mrc-nic: {}\n", e.what());
+    return 1;
+  }
+  for (auto& d : nic->devices())
+    for (uint32_t p = 0; p < d->num_planes(); ++p)
+      fmt::print(stderr, "mrc-nic: {} plane {}: port {} mac {} ip {} lcores {}\n", d->name(), p,
+                 d->spec().planes[p].port, dp::format_mac(d->plane_addr(p).mac), d->plane_addr(p).ip.str(),
+                 fmt::join(d->spec().lcores, ","));
+  if (o.telemetry) {
+    if (err = dp::register_telemetry(*nic); !err.empty()) fmt::print(stderr, "mrc-nic: {}\n", err);
+  }
+  std::unique_ptr<nicapp::Workload> wl;
+  if (!o.wl.op.empty()) {
+    wl = std::make_unique<nicapp::Workload>(*nic, o, b);
+    if (err = wl->setup(); !err.empty()) {
+      fmt::print(stderr, "mrc-nic: {}\n", err);
+      dp::unregister_telemetry();
+      return 1;
+    }
+  }
+  nic->start();
+  if (wl) wl->begin();
+
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  StatsTable table(*nic);
+  LinkSchedule links(*nic, b.link_events, o.port_status);
+  if (o.stats_interval > 0) table.header();
+  double next_row = o.stats_interval;
+  const double wl_limit = wl && o.wl.bytes == 0 ? o.wl.seconds : 0;
+  bool stopped_posting = false;
+  double drain_deadline = 0;
+  for (;;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const double t = elapsed();
+    links.run(t);
+    if (o.stats_interval > 0 && t >= next_row) {
+      table.row(t, wl ? wl->bytes_completed() : 0);
+      next_row += o.stats_interval;
+    }
+    const bool time_up = (o.duration > 0 && t >= o.duration) || (wl_limit > 0 && t >= wl_limit);
+    if (wl && wl->done()) break;
+    if (g_signal || time_up) {
+      if (!wl) break;
+      if (!stopped_posting) {
+        if (g_signal) fmt::print(stderr, "mrc-nic: signal {}: draining\n", int(g_signal));
+        wl->stop_posting();
+        stopped_posting = true;
+        drain_deadline = t + 5;
+      } else if (t >= drain_deadline) {
+        fmt::print(stderr, "mrc-nic: work still in flight after 5 s of draining\n");
+        break;
+      }
+    }
+  }
+  std::optional<nicapp::WorkloadResult> result;
+  if (wl) result = wl->finish();
+  const double seconds = elapsed();
+  if (o.stats_interval > 0) table.row(seconds, wl ? wl->bytes_completed() : 0);
+  print_final_counters(*nic);
+  if (result) {
+    fmt::print(stderr, "mrc-nic: integrity {}{}\n", result->integrity_ok ? "OK" : "FAILED",
+               result->first_error.empty() ? "" : " (" + result->first_error + ")");
+  }
+  for (auto& d : nic->devices())
+    for (const auto& e : d->ev_events())
+      fmt::print(stderr, "mrc-nic: EV event {} t={:.6f}s qp {} ev {} {} -> {} drops {}\n", d->name(), double(e.t) / 1e9,
+                 e.qpn, e.ev, engine::ev_state_name(e.from), engine::ev_state_name(e.to), e.drops);
+  fmt::print("{}\n", json_summary(*nic, o, result ? &*result : nullptr, seconds));
+  std::fflush(stdout);
+  for (const double until = elapsed() + o.linger; !g_signal && elapsed() < until;) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    links.run(elapsed());
+  }
+  nic->stop();
+  dp::unregister_telemetry();
+  nic.reset();
+  return result && !(result->integrity_ok && result->completions_ok) ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rc = run(argc, argv);
+  rte_eal_cleanup();
+  return rc;
+}

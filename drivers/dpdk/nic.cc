@@ -1,0 +1,803 @@
+#include "dpdk/nic.h"
+
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_pause.h>
+#include <rte_ring.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include "nic/linklayer.h"
+#include "pcap/pcap_file.h"
+#include "wire/bytes.h"
+#include "wire/spec.h"
+
+namespace mrc::dp {
+
+using engine::Nanos;
+
+namespace {
+
+constexpr uint16_t kRxBurst = 32;
+constexpr uint16_t kTxBurst = 32;
+constexpr uint32_t kTxStage = 128;       // frames a plane may have staged for the port
+constexpr uint32_t kDelayFrames = 1024;  // frames the injected delay may hold per plane
+constexpr uint32_t kSteerRing = 4096;
+constexpr uint32_t kHandoffRing = 1024;
+constexpr uint16_t kRxDesc = 512;
+constexpr uint16_t kTxDesc = 512;
+constexpr Nanos kTxDrainNs = 10'000;  // staged frames wait at most this long for company
+constexpr size_t kEvLogSize = 1024;
+
+// TSC to nanoseconds since the NIC started (a double keeps ns exact for
+// months of uptime).
+struct Clock {
+  uint64_t t0 = 0;
+  double ns_per_cycle = 0;
+  void init() {
+    t0 = rte_get_tsc_cycles();
+    ns_per_cycle = 1e9 / double(rte_get_tsc_hz());
+  }
+  Nanos now() const { return static_cast<Nanos>(double(rte_get_tsc_cycles() - t0) * ns_per_cycle); }
+};
+Clock g_clock;
+
+uint64_t splitmix(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+constexpr uint64_t kPpb = 1'000'000'000;
+uint64_t to_ppb(double p) { return static_cast<uint64_t>(std::clamp(p, 0.0, 1.0) * kPpb); }
+
+nic::PlaneIdentity identity_of(const engine::PlaneAddr& a) {
+  nic::PlaneIdentity id;
+  id.mac = a.mac;
+  if (a.ip.is_v4())
+    id.ipv4 = a.ip.v4();
+  else
+    id.ipv6 = a.ip.bytes;
+  return id;
+}
+
+// The destination QPN of a frame classify() called RoCEv2 (IPv4 without
+// options is not guaranteed, so the IHL is honoured).
+uint32_t dest_qpn_of(std::span<const uint8_t> f) {
+  constexpr size_t kEth = 14;
+  if (f.size() < kEth + 1) return 0;
+  const size_t l3 = f[kEth] >> 4 == 4 ? size_t(f[kEth] & 0x0F) * 4 : 40;
+  const size_t bth = kEth + l3 + 8;
+  if (f.size() < bth + 8) return 0;
+  return static_cast<uint32_t>(wire::load_be<4>(&f[bth + 4])) & wire::kPsnMask;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Shard internals
+
+struct Shard::Impl final : engine::Env {
+  Shard& s;
+  Device& dev;
+  rte_mempool* pool;
+  uint64_t rng;
+  Nanos now = 0;
+  Nanos deadline = 0;
+  uint32_t frame_cap = 0;
+
+  struct TxPath {
+    uint16_t port = 0;
+    int queue = -1;               // the port queue this shard owns, or -1: hand off
+    rte_ring* handoff = nullptr;  // to the queue owner when queue < 0
+    std::array<rte_mbuf*, kTxStage> staged{};
+    uint32_t n = 0;
+    Nanos last_flush = 0;
+    rte_mbuf* pending = nullptr;                     // from tx_buffer, until tx_send
+    std::vector<std::pair<rte_mbuf*, Nanos>> delay;  // FIFO ring
+    uint32_t delay_head = 0, delay_len = 0;
+    pcap::Writer cap_rx, cap_tx;
+  };
+  std::array<TxPath, engine::kMaxPlanes> tx;
+  struct RxQueue {
+    uint32_t plane;
+    uint16_t port, queue;
+  };
+  std::vector<RxQueue> rxq;
+  struct Handoff {
+    uint32_t plane;
+    rte_ring* ring;
+  };
+  std::vector<Handoff> handoffs_in;  // other shards' TX for queues this shard owns
+  rte_ring* steer = nullptr;         // frames for this shard's QPs from other lcores
+  std::array<nic::PlaneIdentity, engine::kMaxPlanes> ident{};
+  std::vector<engine::Completion> completions;
+  std::vector<EvEventRecord> ev_log;  // ring of kEvLogSize
+  size_t ev_log_next = 0;
+  uint64_t capture_t0_ns = 0;  // wall clock at the NIC's time 0, for pcap timestamps
+
+  Impl(Shard& sh, Device& d, rte_mempool* p, uint64_t seed) : s(sh), dev(d), pool(p), rng(seed) {
+    completions.reserve(4096);
+    ev_log.reserve(kEvLogSize);
+    for (auto& t : tx) t.delay.resize(kDelayFrames);
+  }
+  ~Impl() override {
+    for (auto& t : tx) {
+      if (t.pending) rte_pktmbuf_free(t.pending);
+      rte_pktmbuf_free_bulk(t.staged.data(), t.n);
+      for (uint32_t i = 0; i < t.delay_len; ++i) rte_pktmbuf_free(t.delay[(t.delay_head + i) % kDelayFrames].first);
+    }
+    if (steer) {
+      rte_mbuf* m;
+      while (rte_ring_sc_dequeue(steer, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+      rte_ring_free(steer);
+    }
+    for (auto& h : handoffs_in) {
+      rte_mbuf* m;
+      while (rte_ring_sc_dequeue(h.ring, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+      rte_ring_free(h.ring);
+    }
+  }
+
+  // engine::Env
+  uint32_t tx_room(uint32_t plane) override { return kTxStage - tx[plane].n; }
+  std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
+    TxPath& t = tx[plane];
+    if (len > frame_cap) return {};
+    if (!t.pending) t.pending = rte_pktmbuf_alloc(pool);
+    if (!t.pending) {
+      s.ctr_.inc(ShardCtr::tx_drop_no_mbuf);
+      return {};
+    }
+    return {rte_pktmbuf_mtod(t.pending, uint8_t*), len};
+  }
+  void tx_send(uint32_t plane, uint32_t len) override {
+    TxPath& t = tx[plane];
+    rte_mbuf* m = t.pending;
+    t.pending = nullptr;
+    if (!m) return;
+    m->data_len = static_cast<uint16_t>(len);
+    m->pkt_len = len;
+    transmit(plane, m);
+  }
+  void complete(const engine::Completion& c) override { completions.push_back(c); }
+  void ev_event(uint32_t qpn, uint32_t ev, engine::EvState from, engine::EvState to, uint64_t drops) override {
+    EvEventRecord r{now, qpn, ev, from, to, drops};
+    if (ev_log.size() < kEvLogSize)
+      ev_log.push_back(r);
+    else
+      ev_log[ev_log_next] = r;
+    ev_log_next = (ev_log_next + 1) % kEvLogSize;
+  }
+
+  void count_drop(uint32_t plane, ShardCtr why) {
+    s.ctr_.inc(why);
+    s.plane_ctr_[plane].inc(PlaneCtr::drops);
+  }
+
+  void capture(pcap::Writer& w, rte_mbuf* m) {
+    if (!w.write({rte_pktmbuf_mtod(m, const uint8_t*), m->data_len}, capture_t0_ns + now))
+      s.ctr_.inc(ShardCtr::capture_errors);
+  }
+
+  // Egress, after the engine or the link layer produced a frame: fault
+  // injection, capture, then the port (possibly after a delay).
+  void transmit(uint32_t plane, rte_mbuf* m) {
+    TxPath& t = tx[plane];
+    if (!dev.link_up(plane)) {
+      count_drop(plane, ShardCtr::tx_drop_link_down);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    const uint64_t drop = dev.drop_ppb_[plane].load(std::memory_order_relaxed);
+    if (drop && splitmix(rng) % kPpb < drop) {
+      count_drop(plane, ShardCtr::tx_drop_fault);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    const uint64_t corrupt = dev.corrupt_ppb_[plane].load(std::memory_order_relaxed);
+    if (corrupt && m->data_len > 14 && splitmix(rng) % kPpb < corrupt) {
+      const uint64_t r = splitmix(rng);
+      uint8_t* p = rte_pktmbuf_mtod(m, uint8_t*);
+      p[14 + r % (m->data_len - 14u)] ^= static_cast<uint8_t>(1u << ((r >> 32) % 8));
+      s.ctr_.inc(ShardCtr::tx_corrupted);
+    }
+    if (!dev.nic_.spec_.capture_dir.empty()) capture(t.cap_tx, m);
+    const uint64_t delay = dev.delay_ns_[plane].load(std::memory_order_relaxed);
+    if (delay || t.delay_len) {  // keep order while a delay drains
+      if (t.delay_len == kDelayFrames) {
+        count_drop(plane, ShardCtr::tx_drop_delay_full);
+        rte_pktmbuf_free(m);
+        return;
+      }
+      t.delay[(t.delay_head + t.delay_len++) % kDelayFrames] = {m, now + delay};
+      s.ctr_.inc(ShardCtr::tx_delayed);
+      return;
+    }
+    stage(plane, m);
+  }
+
+  void stage(uint32_t plane, rte_mbuf* m) {
+    TxPath& t = tx[plane];
+    if (t.n == kTxStage) flush(plane);
+    if (t.n == kTxStage) {  // the port is stuck; the engine was told there was no room
+      count_drop(plane, ShardCtr::tx_drop_port_full);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    t.staged[t.n++] = m;
+    if (t.n >= kTxBurst) flush(plane);
+  }
+
+  void flush(uint32_t plane) {
+    TxPath& t = tx[plane];
+    if (!t.n) return;
+    std::array<uint32_t, kTxStage> len;
+    for (uint32_t i = 0; i < t.n; ++i) len[i] = t.staged[i]->pkt_len;
+    uint32_t sent =
+        t.queue >= 0
+            ? rte_eth_tx_burst(t.port, static_cast<uint16_t>(t.queue), t.staged.data(), static_cast<uint16_t>(t.n))
+            : rte_ring_sp_enqueue_burst(t.handoff, reinterpret_cast<void* const*>(t.staged.data()), t.n, nullptr);
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < sent; ++i) bytes += len[i];
+    if (t.queue >= 0) {
+      s.ctr_.inc(ShardCtr::tx_frames, sent);
+      s.ctr_.inc(ShardCtr::tx_bytes, bytes);
+      s.plane_ctr_[plane].inc(PlaneCtr::tx_frames, sent);
+      s.plane_ctr_[plane].inc(PlaneCtr::tx_bytes, bytes);
+    }
+    if (sent < t.n) std::memmove(t.staged.data(), t.staged.data() + sent, (t.n - sent) * sizeof(rte_mbuf*));
+    t.n -= sent;
+    t.last_flush = now;
+  }
+
+  void release_delayed(uint32_t plane) {
+    TxPath& t = tx[plane];
+    while (t.delay_len && t.delay[t.delay_head].second <= now && t.n < kTxStage) {
+      stage(plane, t.delay[t.delay_head].first);
+      t.delay_head = (t.delay_head + 1) % kDelayFrames;
+      --t.delay_len;
+    }
+  }
+
+  void drain_completions() {
+    if (!s.app_) {
+      completions.clear();
+      return;
+    }
+    // The app may post work whose errors complete at once: index, not iterators.
+    for (size_t i = 0; i < completions.size(); ++i) {
+      const engine::Completion c = completions[i];
+      s.app_->on_completion(s, c, now);
+    }
+    completions.clear();
+  }
+
+  // One received frame, already known to belong to this shard's device.
+  void receive(uint32_t plane, rte_mbuf* m, bool steered) {
+    if (!steered) {
+      s.ctr_.inc(ShardCtr::rx_frames);
+      s.ctr_.inc(ShardCtr::rx_bytes, m->pkt_len);
+      s.plane_ctr_[plane].inc(PlaneCtr::rx_frames);
+      s.plane_ctr_[plane].inc(PlaneCtr::rx_bytes, m->pkt_len);
+      if (!dev.link_up(plane)) {
+        count_drop(plane, ShardCtr::rx_drop_link_down);
+        rte_pktmbuf_free(m);
+        return;
+      }
+      if (m->nb_segs > 1 && rte_pktmbuf_linearize(m) != 0) {
+        count_drop(plane, ShardCtr::rx_drop_too_big);
+        rte_pktmbuf_free(m);
+        return;
+      }
+      if (!dev.nic_.spec_.capture_dir.empty()) capture(tx[plane].cap_rx, m);
+      std::span<const uint8_t> frame{rte_pktmbuf_mtod(m, const uint8_t*), m->data_len};
+      std::array<uint8_t, nic::kLinkReplyCapacity> reply;
+      size_t reply_len = 0;
+      switch (nic::classify(ident[plane], frame, reply, reply_len)) {
+        case nic::LinkVerdict::roce: break;
+        case nic::LinkVerdict::replied: {
+          s.ctr_.inc(wire::load_be<2>(&reply[12]) == 0x0806 ? ShardCtr::arp_replies : ShardCtr::nd_replies);
+          rte_pktmbuf_free(m);
+          send_raw(plane, std::span<const uint8_t>(reply.data(), reply_len));
+          return;
+        }
+        case nic::LinkVerdict::not_ours:
+          count_drop(plane, ShardCtr::rx_drop_not_ours);
+          rte_pktmbuf_free(m);
+          return;
+        case nic::LinkVerdict::malformed:
+          count_drop(plane, ShardCtr::rx_drop_malformed);
+          rte_pktmbuf_free(m);
+          return;
+      }
+      if (dev.shards_.size() > 1) {
+        const uint32_t owner = dev.shard_of_qpn(dest_qpn_of(frame));
+        if (owner != s.index_) {
+          m->hash.usr = plane;
+          if (rte_ring_mp_enqueue(dev.shards_[owner]->impl_->steer, m) != 0) {
+            count_drop(plane, ShardCtr::rx_drop_steer_full);
+            rte_pktmbuf_free(m);
+          } else {
+            s.ctr_.inc(ShardCtr::rx_steered_out);
+          }
+          return;
+        }
+      }
+    } else {
+      s.ctr_.inc(ShardCtr::rx_steered_in);
+    }
+    s.ctr_.inc(ShardCtr::rx_to_engine);
+    s.eng_->on_rx(plane, {rte_pktmbuf_mtod(m, const uint8_t*), m->data_len}, now);
+    rte_pktmbuf_free(m);
+  }
+
+  void send_raw(uint32_t plane, std::span<const uint8_t> frame) {
+    auto buf = tx_buffer(plane, static_cast<uint32_t>(frame.size()));
+    if (buf.empty()) return;
+    std::memcpy(buf.data(), frame.data(), frame.size());
+    tx_send(plane, static_cast<uint32_t>(frame.size()));
+  }
+};
+
+Shard::Shard(Device& dev, uint32_t index, unsigned lcore) : dev_(dev), index_(index), lcore_(lcore) {
+  const NicSpec& ns = dev.nic_.spec_;
+  impl_ = std::make_unique<Impl>(*this, dev, dev.nic_.pool_,
+                                 ns.seed ^ (uint64_t(dev.index_) << 40) ^ (uint64_t(index) << 32) ^ 0x5eed);
+  engine::EngineConfig ec = dev.spec_.engine;
+  const uint32_t per_shard = std::max<uint32_t>(1, ec.max_qps / static_cast<uint32_t>(dev.spec_.lcores.size()));
+  ec.max_qps = per_shard;
+  ec.first_qpn = 0x10 + index * per_shard;
+  ec.seed = ec.seed ^ (uint64_t(index) * 0x9E3779B97F4A7C15ull) ^ (uint64_t(dev.index_) << 48);
+  impl_->frame_cap = rte_pktmbuf_data_room_size(dev.nic_.pool_) - RTE_PKTMBUF_HEADROOM;
+  for (uint32_t p = 0; p < dev.num_planes(); ++p) impl_->ident[p] = identity_of(ec.planes[p]);
+  eng_ = std::make_unique<engine::Engine>(ec, *impl_);
+}
+
+Shard::~Shard() = default;
+
+void Shard::serve_mailbox() {
+  if (const auto* fn = mailbox_.load(std::memory_order_acquire)) {
+    impl_->now = g_clock.now();
+    (*fn)();
+    impl_->drain_completions();
+    mailbox_.store(nullptr, std::memory_order_release);
+  }
+}
+
+void Shard::call(const std::function<void()>& fn) {
+  std::lock_guard<std::mutex> g(mailbox_callers_);
+  if (!dev_.nic_.running()) {
+    impl_->now = g_clock.now();
+    fn();
+    impl_->drain_completions();
+    return;
+  }
+  mailbox_.store(&fn, std::memory_order_release);
+  for (;;) {
+    if (mailbox_.load(std::memory_order_acquire) == nullptr) return;
+    // The workers stopped before serving us: take the request back.
+    const std::function<void()>* mine = &fn;
+    if (!dev_.nic_.running() && mailbox_.compare_exchange_strong(mine, nullptr)) {
+      impl_->now = g_clock.now();
+      fn();
+      impl_->drain_completions();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
+std::vector<EvEventRecord> Shard::ev_events() const {
+  const auto& log = impl_->ev_log;
+  std::vector<EvEventRecord> out;
+  if (log.size() < kEvLogSize) return log;
+  for (size_t i = 0; i < kEvLogSize; ++i) out.push_back(log[(impl_->ev_log_next + i) % kEvLogSize]);
+  return out;
+}
+
+unsigned Shard::run_once(Nanos now) {
+  Impl& I = *impl_;
+  I.now = now;
+  serve_mailbox();
+  I.now = now;
+  unsigned work = 0;
+  std::array<rte_mbuf*, kRxBurst> burst;
+  if (I.steer) {
+    const unsigned n = rte_ring_sc_dequeue_burst(I.steer, reinterpret_cast<void**>(burst.data()), kRxBurst, nullptr);
+    for (unsigned i = 0; i < n; ++i) I.receive(burst[i]->hash.usr, burst[i], true);
+    work += n;
+  }
+  for (const auto& q : I.rxq) {
+    const uint16_t n = rte_eth_rx_burst(q.port, q.queue, burst.data(), kRxBurst);
+    for (uint16_t i = 0; i < n; ++i) I.receive(q.plane, burst[i], false);
+    work += n;
+  }
+  if (work) I.drain_completions();
+  for (const auto& h : I.handoffs_in) {
+    const unsigned n = rte_ring_sc_dequeue_burst(h.ring, reinterpret_cast<void**>(burst.data()), kRxBurst, nullptr);
+    for (unsigned i = 0; i < n; ++i) I.stage(h.plane, burst[i]);
+    work += n;
+  }
+  if (app_) app_->on_poll(*this, now);
+  if (work || now >= I.deadline || eng_->wants_tx()) {
+    eng_->poll(now);
+    I.deadline = eng_->next_deadline();
+    I.drain_completions();
+  }
+  const uint32_t planes = dev_.num_planes();
+  for (uint32_t p = 0; p < planes; ++p) {
+    auto& t = I.tx[p];
+    if (t.delay_len) I.release_delayed(p);
+    if (t.n && (work < kRxBurst || now - t.last_flush >= kTxDrainNs)) I.flush(p);
+  }
+  return work;
+}
+
+void Shard::flush_all(Nanos now) {
+  Impl& I = *impl_;
+  I.now = now;
+  for (uint32_t p = 0; p < dev_.num_planes(); ++p) {
+    auto& t = I.tx[p];
+    while (t.delay_len) {
+      I.stage(p, t.delay[t.delay_head].first);
+      t.delay_head = (t.delay_head + 1) % kDelayFrames;
+      --t.delay_len;
+    }
+    I.flush(p);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Device
+
+Device::Device(Nic& nic, const DeviceSpec& spec, uint32_t index) : nic_(nic), spec_(spec), index_(index) {
+  for (auto& l : link_up_) l.store(true);
+  spec_.engine.num_planes = num_planes();
+  for (uint32_t p = 0; p < num_planes(); ++p) {
+    spec_.engine.planes[p] = spec_.planes[p].addr;
+    set_fault(p, spec_.planes[p].fault);
+  }
+}
+
+Device::~Device() = default;
+
+uint32_t Device::shard_of_qpn(uint32_t qpn) const {
+  const uint32_t per_shard =
+      std::max<uint32_t>(1, spec_.engine.max_qps / static_cast<uint32_t>(std::max<size_t>(1, shards_.size())));
+  if (qpn < 0x10) return 0;
+  const uint32_t s = (qpn - 0x10) / per_shard;
+  return s < shards_.size() ? s : 0;
+}
+
+void Device::set_link(uint32_t plane, bool up, bool port_status) {
+  if (plane >= num_planes()) return;
+  link_up_[plane].store(up, std::memory_order_relaxed);
+  if (!port_status) return;
+  for (auto& sh : shards_) {
+    Shard* s = sh.get();
+    s->call([s, plane, up] {
+      s->engine().set_plane_up(plane, up, s->impl_->now);
+      s->engine().send_port_status(s->impl_->now);
+    });
+  }
+}
+
+void Device::set_fault(uint32_t plane, const FaultSpec& f) {
+  drop_ppb_[plane].store(to_ppb(f.drop));
+  corrupt_ppb_[plane].store(to_ppb(f.corrupt));
+  delay_ns_[plane].store(f.delay_ns);
+}
+
+FaultSpec Device::fault(uint32_t plane) const {
+  return FaultSpec{double(drop_ppb_[plane].load()) / kPpb, double(corrupt_ppb_[plane].load()) / kPpb,
+                   delay_ns_[plane].load()};
+}
+
+engine::Counters<engine::DevCtr> Device::engine_counters() {
+  engine::Counters<engine::DevCtr> sum;
+  for (auto& sh : shards_) {
+    Shard* s = sh.get();
+    s->call([&] {
+      const auto& c = s->engine().counters();
+      for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += c.v[i];
+    });
+  }
+  return sum;
+}
+
+std::vector<engine::QpInfo> Device::qp_infos() {
+  std::vector<engine::QpInfo> out;
+  for (auto& sh : shards_) {
+    Shard* s = sh.get();
+    s->call([&] {
+      for (uint32_t qpn : s->engine().qpns()) {
+        engine::QpInfo qi;
+        if (s->engine().qp_info(qpn, qi)) out.push_back(qi);
+      }
+    });
+  }
+  return out;
+}
+
+bool Device::ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out) {
+  Shard* s = shards_[shard_of_qpn(qpn)].get();
+  bool found = false;
+  s->call([&] {
+    engine::QpInfo qi;
+    found = s->engine().qp_info(qpn, qi);
+    if (found) out = s->engine().ev_info(qpn);
+  });
+  return found;
+}
+
+std::vector<EvEventRecord> Device::ev_events() {
+  std::vector<EvEventRecord> out;
+  for (auto& sh : shards_) {
+    Shard* s = sh.get();
+    s->call([&] {
+      auto e = s->ev_events();
+      out.insert(out.end(), e.begin(), e.end());
+    });
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.t < b.t; });
+  return out;
+}
+
+std::array<uint64_t, size_t(PlaneCtr::count)> Device::plane_counters(uint32_t plane) const {
+  std::array<uint64_t, size_t(PlaneCtr::count)> out{};
+  for (auto& s : shards_)
+    for (size_t i = 0; i < out.size(); ++i) out[i] += s->plane_counters(plane)[static_cast<PlaneCtr>(i)];
+  return out;
+}
+
+std::array<uint64_t, size_t(ShardCtr::count)> Device::shard_counters() const {
+  std::array<uint64_t, size_t(ShardCtr::count)> out{};
+  for (auto& s : shards_)
+    for (size_t i = 0; i < out.size(); ++i) out[i] += s->counters()[static_cast<ShardCtr>(i)];
+  return out;
+}
+
+std::vector<std::pair<std::string, uint64_t>> Device::port_stats(uint32_t plane) const {
+  rte_eth_stats st{};
+  if (rte_eth_stats_get(spec_.planes[plane].port_id, &st) != 0) return {};
+  return {{"port_ipackets", st.ipackets}, {"port_opackets", st.opackets}, {"port_imissed", st.imissed},
+          {"port_ierrors", st.ierrors},   {"port_oerrors", st.oerrors},   {"port_rx_nombuf", st.rx_nombuf}};
+}
+
+bool Device::reg_mr(uint32_t pd, void* ptr, uint64_t len, uint32_t access, uint32_t& lkey, uint32_t& rkey) {
+  bool ok = false;
+  const uint64_t iova = reinterpret_cast<uintptr_t>(ptr);
+  shards_[0]->call([&] { ok = shards_[0]->engine().reg_mr(pd, ptr, iova, len, access, lkey, rkey); });
+  for (size_t k = 1; ok && k < shards_.size(); ++k) {
+    Shard* s = shards_[k].get();
+    s->call([&] { ok = s->engine().import_mr(pd, ptr, iova, len, access, lkey, rkey); });
+  }
+  return ok;
+}
+
+// ---------------------------------------------------------------------------
+// Nic
+
+namespace {
+
+std::string port_setup(uint16_t port, uint16_t queues, uint32_t frame_bytes, rte_mempool* pool, uint64_t& mac) {
+  rte_eth_dev_info info{};
+  int rc = rte_eth_dev_info_get(port, &info);
+  if (rc) return fmt::format("device info: {}", rte_strerror(-rc));
+  rte_eth_conf conf{};
+  if (queues > 1) {
+    // Spread by the UDP source port (the EV) as well as the addresses; the
+    // lcore that gets a frame steers it to its QP's owner.
+    conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+    conf.rx_adv_conf.rss_conf.rss_hf = (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP) & info.flow_type_rss_offloads;
+    if (!conf.rx_adv_conf.rss_conf.rss_hf) conf.rxmode.mq_mode = RTE_ETH_MQ_RX_NONE;
+  }
+  const uint32_t l3_mtu = frame_bytes - RTE_ETHER_HDR_LEN - RTE_ETHER_CRC_LEN;
+  conf.rxmode.mtu = l3_mtu;
+  rc = rte_eth_dev_configure(port, queues, queues, &conf);
+  if (rc == -EINVAL && info.max_rx_pktlen < frame_bytes) {
+    // Some vdevs (memif) report Ethernet's 1518 bytes yet carry any frame
+    // their buffers hold; a real NIC that enforces its limit fails here.
+    fmt::print(stderr, "mrc-nic: port {} ({}) reports a {} B frame limit; keeping its default MTU\n", port,
+               info.driver_name, info.max_rx_pktlen);
+    conf.rxmode.mtu = 0;
+    rc = rte_eth_dev_configure(port, queues, queues, &conf);
+  }
+  if (rc < 0) return fmt::format("configure: {}", rte_strerror(-rc));
+  uint16_t nb_rx = kRxDesc, nb_tx = kTxDesc;
+  rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rx, &nb_tx);
+  if (rc < 0) return fmt::format("descriptor counts: {}", rte_strerror(-rc));
+  const int socket = rte_eth_dev_socket_id(port);
+  const unsigned sock = socket < 0 ? 0u : static_cast<unsigned>(socket);
+  for (uint16_t q = 0; q < queues; ++q) {
+    rc = rte_eth_rx_queue_setup(port, q, nb_rx, sock, nullptr, pool);
+    if (rc < 0) return fmt::format("rx queue {}: {}", q, rte_strerror(-rc));
+    rc = rte_eth_tx_queue_setup(port, q, nb_tx, sock, nullptr);
+    if (rc < 0) return fmt::format("tx queue {}: {}", q, rte_strerror(-rc));
+  }
+  if (mac) {
+    rte_ether_addr a;
+    for (int i = 0; i < 6; ++i) a.addr_bytes[i] = static_cast<uint8_t>(mac >> (40 - 8 * i));
+    rte_eth_dev_default_mac_addr_set(port, &a);  // best effort: vdevs without MAC filters need no change
+  } else {
+    rte_ether_addr a{};
+    rc = rte_eth_macaddr_get(port, &a);
+    if (rc) return fmt::format("MAC address: {}", rte_strerror(-rc));
+    for (uint8_t b : a.addr_bytes) mac = (mac << 8) | b;
+  }
+  rc = rte_eth_dev_start(port);
+  if (rc < 0) return fmt::format("start: {}", rte_strerror(-rc));
+  rte_eth_allmulticast_enable(port);  // IPv6 ND solicitations go to a multicast group
+  return {};
+}
+
+}  // namespace
+
+Nic::Nic(const NicSpec& spec) : spec_(spec) {
+  g_clock.init();
+  // Every frame fits one mbuf, so the engine always sees contiguous bytes.
+  const uint32_t frame_bytes = RTE_ALIGN_CEIL(spec_.mtu + 256, 64);
+  uint32_t shards = 0, ports = 0;
+  for (auto& d : spec_.devices) {
+    shards += static_cast<uint32_t>(d.lcores.size());
+    ports += static_cast<uint32_t>(d.planes.size());
+  }
+  const uint32_t per_port = static_cast<uint32_t>(kRxDesc + kTxDesc) * std::max<uint32_t>(1, shards);
+  const uint32_t per_shard = engine::kMaxPlanes * (kTxStage + kDelayFrames + kHandoffRing) + kSteerRing;
+  const uint32_t mbufs = ports * per_port + shards * per_shard / 4 + 8192;
+  pool_ = rte_pktmbuf_pool_create("mrc_pool", mbufs, 256, 0, static_cast<uint16_t>(frame_bytes + RTE_PKTMBUF_HEADROOM),
+                                  rte_socket_id());
+  if (!pool_)
+    throw std::runtime_error(
+        fmt::format("mbuf pool of {} x {} B: {} (try a larger -m)", mbufs, frame_bytes, rte_strerror(rte_errno)));
+
+  const uint64_t wall0 = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  for (uint32_t di = 0; di < spec_.devices.size(); ++di) {
+    DeviceSpec& ds = spec_.devices[di];
+    std::array<uint16_t, engine::kMaxPlanes> queues{};
+    for (uint32_t p = 0; p < ds.planes.size(); ++p) {
+      PlaneSpec& ps = ds.planes[p];
+      rte_eth_dev_info info{};
+      rte_eth_dev_info_get(ps.port_id, &info);
+      queues[p] = static_cast<uint16_t>(std::max<size_t>(
+          1, std::min<size_t>({ds.lcores.size(), size_t(info.max_rx_queues), size_t(info.max_tx_queues)})));
+      uint64_t mac = ps.addr.mac;
+      std::string err = port_setup(ps.port_id, queues[p], frame_bytes, pool_, mac);
+      if (!err.empty())
+        throw std::runtime_error(fmt::format("device {} plane {} (port {}): {}", ds.name, p, ps.port, err));
+      ps.addr.mac = mac;
+    }
+    auto dev = std::make_unique<Device>(*this, ds, di);
+    dev->queues_ = queues;
+    for (uint32_t k = 0; k < ds.lcores.size(); ++k)
+      dev->shards_.push_back(std::make_unique<Shard>(*dev, k, ds.lcores[k]));
+    // Queues, steering and hand-off rings.
+    for (uint32_t k = 0; k < dev->shards_.size(); ++k) {
+      Shard::Impl& I = *dev->shards_[k]->impl_;
+      I.capture_t0_ns = wall0;
+      if (dev->shards_.size() > 1) {
+        I.steer = rte_ring_create(fmt::format("st_{}_{}", di, k).c_str(), kSteerRing, rte_socket_id(), RING_F_SC_DEQ);
+        if (!I.steer) throw std::runtime_error(fmt::format("steering ring: {}", rte_strerror(rte_errno)));
+      }
+      for (uint32_t p = 0; p < ds.planes.size(); ++p) {
+        auto& t = I.tx[p];
+        t.port = ds.planes[p].port_id;
+        if (k < queues[p]) {
+          t.queue = static_cast<int>(k);
+          I.rxq.push_back({p, t.port, static_cast<uint16_t>(k)});
+        } else {
+          Shard::Impl& owner = *dev->shards_[k % queues[p]]->impl_;
+          t.handoff = rte_ring_create(fmt::format("tx_{}_{}_{}", di, p, k).c_str(), kHandoffRing, rte_socket_id(),
+                                      RING_F_SP_ENQ | RING_F_SC_DEQ);
+          if (!t.handoff) throw std::runtime_error(fmt::format("hand-off ring: {}", rte_strerror(rte_errno)));
+          owner.handoffs_in.push_back({p, t.handoff});
+        }
+        if (!spec_.capture_dir.empty()) {
+          const std::string base = dev->shards_.size() > 1
+                                       ? fmt::format("{}/{}-plane{}-s{}", spec_.capture_dir, ds.name, p, k)
+                                       : fmt::format("{}/{}-plane{}", spec_.capture_dir, ds.name, p);
+          if (!t.cap_rx.open(base + "-rx.pcap") || !t.cap_tx.open(base + "-tx.pcap"))
+            throw std::runtime_error(fmt::format("cannot write captures under {}", spec_.capture_dir));
+        }
+      }
+    }
+    devices_.push_back(std::move(dev));
+  }
+  for (auto& d : devices_)
+    for (auto& s : d->shards_)
+      if (std::find(worker_lcores_.begin(), worker_lcores_.end(), s->lcore()) == worker_lcores_.end())
+        worker_lcores_.push_back(s->lcore());
+}
+
+Nic::~Nic() {
+  stop();
+  for (auto& d : devices_)
+    for (auto& ps : d->spec_.planes) {
+      rte_eth_dev_stop(ps.port_id);
+    }
+  devices_.clear();
+  for (auto& d : spec_.devices)
+    for (auto& ps : d.planes) rte_eth_dev_close(ps.port_id);
+  rte_mempool_free(pool_);
+}
+
+Device* Nic::find_device(const std::string& name) {
+  for (auto& d : devices_)
+    if (d->name() == name) return d.get();
+  return nullptr;
+}
+
+Nanos Nic::now() const { return g_clock.now(); }
+
+namespace {
+struct LaunchArg {
+  Nic* nic;
+  unsigned lcore;
+};
+std::vector<LaunchArg> g_launch(RTE_MAX_LCORE);
+}  // namespace
+
+int Nic::worker_main(void* arg) {
+  auto* a = static_cast<LaunchArg*>(arg);
+  a->nic->worker_loop(a->lcore);
+  return 0;
+}
+
+void Nic::worker_loop(unsigned lcore) {
+  std::vector<Shard*> mine;
+  for (auto& d : devices_)
+    for (auto& s : d->shards_)
+      if (s->lcore() == lcore) mine.push_back(s.get());
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const Nanos now = g_clock.now();
+    for (Shard* s : mine) s->run_once(now);
+  }
+  const Nanos now = g_clock.now();
+  for (Shard* s : mine) s->flush_all(now);
+}
+
+void Nic::start() {
+  if (running_.load()) return;
+  stop_.store(false);
+  running_.store(true, std::memory_order_release);
+  for (unsigned l : worker_lcores_) {
+    g_launch[l] = {this, l};
+    const int rc = rte_eal_remote_launch(worker_main, &g_launch[l], l);
+    if (rc != 0) {
+      stop();
+      throw std::runtime_error(fmt::format("cannot launch a worker on lcore {}: {}", l, rte_strerror(-rc)));
+    }
+  }
+}
+
+void Nic::stop() {
+  if (!running_.load()) return;
+  stop_.store(true);
+  for (unsigned l : worker_lcores_) rte_eal_wait_lcore(l);
+  running_.store(false, std::memory_order_release);
+}
+
+std::array<uint64_t, size_t(ShardCtr::count)> Nic::total_counters() const {
+  std::array<uint64_t, size_t(ShardCtr::count)> out{};
+  for (auto& d : devices_) {
+    const auto c = d->shard_counters();
+    for (size_t i = 0; i < out.size(); ++i) out[i] += c[i];
+  }
+  return out;
+}
+
+}  // namespace mrc::dp

@@ -1,0 +1,207 @@
+// The mrc-nic runtime: MRC devices on DPDK ports, one engine per (device,
+// worker lcore). Each worker owns its shards outright; other threads reach a
+// shard only through its mailbox, which the worker serves between bursts, so
+// the fast path takes no lock.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dpdk/nic_counters.h"
+#include "engine/engine.h"
+
+struct rte_mempool;
+struct rte_ring;
+struct rte_mbuf;
+
+namespace mrc::dp {
+
+struct FaultSpec {
+  double drop = 0;        // egress drop probability
+  double corrupt = 0;     // egress probability of flipping one byte
+  uint64_t delay_ns = 0;  // added egress delay
+  bool operator==(const FaultSpec&) const = default;
+};
+
+struct PlaneSpec {
+  std::string port;  // DPDK port name (e.g. net_memif0) or id
+  uint16_t port_id = 0;
+  engine::PlaneAddr addr;  // mac 0: the port's own
+  FaultSpec fault;
+};
+
+struct DeviceSpec {
+  std::string name;
+  std::vector<PlaneSpec> planes;
+  std::vector<unsigned> lcores;  // shard k runs on lcores[k]
+  engine::EngineConfig engine;   // planes/num_planes/first_qpn are filled in per shard
+};
+
+struct NicSpec {
+  std::vector<DeviceSpec> devices;
+  uint32_t mtu = 4096;
+  std::string capture_dir;  // empty: no capture
+  uint64_t seed = 1;
+};
+
+class Shard;
+
+// What runs on top of a shard (the workload driver, later the host
+// interface). Called on the shard's lcore only, never inside an engine call,
+// so it may call the engine.
+class ShardApp {
+ public:
+  virtual ~ShardApp() = default;
+  virtual void on_completion(Shard& s, const engine::Completion& c, engine::Nanos now) = 0;
+  virtual void on_poll(Shard& s, engine::Nanos now) = 0;
+};
+
+struct EvEventRecord {
+  engine::Nanos t = 0;
+  uint32_t qpn = 0, ev = 0;
+  engine::EvState from{}, to{};
+  uint64_t drops = 0;
+};
+
+class Device;
+
+class Shard {
+ public:
+  Shard(Device& dev, uint32_t index, unsigned lcore);
+  ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  Device& device() { return dev_; }
+  uint32_t index() const { return index_; }
+  unsigned lcore() const { return lcore_; }
+  engine::Engine& engine() { return *eng_; }
+  void set_app(ShardApp* app) { app_ = app; }
+
+  // Runs `fn` on this shard's lcore (at once when workers are not running)
+  // and waits for it. For control and telemetry, never the fast path.
+  void call(const std::function<void()>& fn);
+
+  // The lcore loop's body for this shard; returns the work done (frames).
+  unsigned run_once(engine::Nanos now);
+  // Drains staged and delayed TX (at shutdown).
+  void flush_all(engine::Nanos now);
+
+  const ShardCounters& counters() const { return ctr_; }
+  const PlaneCounters& plane_counters(uint32_t plane) const { return plane_ctr_[plane]; }
+  // EV events seen so far, newest last (bounded).
+  std::vector<EvEventRecord> ev_events() const;
+
+ private:
+  friend class Device;
+  friend class Nic;
+  struct Impl;
+  Device& dev_;
+  uint32_t index_;
+  unsigned lcore_;
+  ShardApp* app_ = nullptr;
+  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<engine::Engine> eng_;
+  ShardCounters ctr_;
+  std::array<PlaneCounters, engine::kMaxPlanes> plane_ctr_{};
+  std::atomic<const std::function<void()>*> mailbox_{nullptr};
+  std::mutex mailbox_callers_;
+  void serve_mailbox();
+};
+
+class Nic;
+
+class Device {
+ public:
+  Device(Nic& nic, const DeviceSpec& spec, uint32_t index);
+  ~Device();
+  const std::string& name() const { return spec_.name; }
+  const DeviceSpec& spec() const { return spec_; }
+  uint32_t index() const { return index_; }
+  uint32_t num_planes() const { return static_cast<uint32_t>(spec_.planes.size()); }
+  const engine::PlaneAddr& plane_addr(uint32_t p) const { return spec_.engine.planes[p]; }
+  std::vector<std::unique_ptr<Shard>>& shards() { return shards_; }
+  // The shard that owns a QPN (shard 0 for QPNs no shard owns, so the engine
+  // counts them).
+  uint32_t shard_of_qpn(uint32_t qpn) const;
+  Nic& nic() { return nic_; }
+
+  // Link failure injection: a down plane silently drops both directions.
+  // With port_status, the engine is told as well and tells its peers.
+  void set_link(uint32_t plane, bool up, bool port_status);
+  bool link_up(uint32_t plane) const { return link_up_[plane].load(std::memory_order_relaxed); }
+  void set_fault(uint32_t plane, const FaultSpec& f);
+  FaultSpec fault(uint32_t plane) const;
+
+  // Snapshots taken on the owning lcores (for telemetry and the CLI).
+  engine::Counters<engine::DevCtr> engine_counters();
+  std::vector<engine::QpInfo> qp_infos();
+  bool ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out);
+  std::vector<EvEventRecord> ev_events();
+  // The sum over shards of a plane's counters.
+  std::array<uint64_t, size_t(PlaneCtr::count)> plane_counters(uint32_t plane) const;
+  std::array<uint64_t, size_t(ShardCtr::count)> shard_counters() const;
+  // The port's own statistics (what the PMD counted, e.g. RX drops when the
+  // pool ran dry), as name/value pairs.
+  std::vector<std::pair<std::string, uint64_t>> port_stats(uint32_t plane) const;
+
+  // Registers memory in every shard under one set of keys.
+  bool reg_mr(uint32_t pd, void* ptr, uint64_t len, uint32_t access, uint32_t& lkey, uint32_t& rkey);
+
+ private:
+  friend class Shard;
+  friend class Nic;
+  Nic& nic_;
+  DeviceSpec spec_;
+  uint32_t index_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::array<std::atomic<bool>, engine::kMaxPlanes> link_up_{};
+  // Fault parameters change from the control thread; workers read them.
+  std::array<std::atomic<uint64_t>, engine::kMaxPlanes> drop_ppb_{}, corrupt_ppb_{}, delay_ns_{};
+  // Per plane: how many queues the port has and which shard owns each.
+  std::array<uint16_t, engine::kMaxPlanes> queues_{};
+};
+
+class Nic {
+ public:
+  // Sets up ports, mempool, devices and shards. Throws std::runtime_error
+  // with a message naming what failed.
+  explicit Nic(const NicSpec& spec);
+  ~Nic();
+
+  std::vector<std::unique_ptr<Device>>& devices() { return devices_; }
+  Device* find_device(const std::string& name);
+  const NicSpec& spec() const { return spec_; }
+  rte_mempool* pool() { return pool_; }
+
+  // Launches the worker loops on their lcores (the main lcore runs none).
+  void start();
+  // Stops and joins the workers (idempotent).
+  void stop();
+  bool running() const { return running_.load(std::memory_order_acquire); }
+  engine::Nanos now() const;
+
+  // Counters summed over every shard of every device.
+  std::array<uint64_t, size_t(ShardCtr::count)> total_counters() const;
+
+ private:
+  friend class Shard;
+  friend class Device;
+  NicSpec spec_;
+  rte_mempool* pool_ = nullptr;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::atomic<bool> running_{false};
+  std::atomic<bool> stop_{false};
+  std::vector<unsigned> worker_lcores_;
+  static int worker_main(void* arg);
+  void worker_loop(unsigned lcore);
+};
+
+}  // namespace mrc::dp

@@ -1,0 +1,69 @@
+// Counters of the NIC around the engine (ports, link layer, steering, fault
+// injection). One writer each (the owning lcore); any thread may read them,
+// so they are relaxed atomics that compile to plain adds.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+namespace mrc::dp {
+
+#define MRC_SHARD_COUNTERS(X)                                                      \
+  X(rx_frames, "frames received from ports")                                       \
+  X(rx_bytes, "bytes received from ports")                                         \
+  X(rx_to_engine, "RoCEv2/MRC frames handed to the engine")                        \
+  X(rx_steered_out, "frames handed to the owning lcore of their QP")               \
+  X(rx_steered_in, "frames received from another lcore")                           \
+  X(rx_drop_steer_full, "frames dropped: the owning lcore's ring was full")        \
+  X(rx_drop_not_ours, "frames dropped: not RoCEv2 to us, not ARP/ND for us")       \
+  X(rx_drop_malformed, "frames dropped: malformed ARP/ND/IP")                      \
+  X(rx_drop_too_big, "frames dropped: chained mbufs that could not be linearised") \
+  X(rx_drop_link_down, "frames dropped: plane link down (fault injection)")        \
+  X(arp_replies, "ARP replies sent")                                               \
+  X(nd_replies, "IPv6 neighbour advertisements sent")                              \
+  X(tx_frames, "frames sent to ports")                                             \
+  X(tx_bytes, "bytes sent to ports")                                               \
+  X(tx_drop_no_mbuf, "frames not sent: mempool empty")                             \
+  X(tx_drop_link_down, "frames dropped: plane link down (fault injection)")        \
+  X(tx_drop_fault, "frames dropped by injected egress loss")                       \
+  X(tx_corrupted, "frames corrupted by fault injection")                           \
+  X(tx_delayed, "frames held back by injected delay")                              \
+  X(tx_drop_delay_full, "frames dropped: injected-delay queue full")               \
+  X(tx_drop_port_full, "frames dropped at shutdown: the port never took them")     \
+  X(capture_errors, "frames the capture could not write")
+
+#define MRC_PLANE_COUNTERS(X)     \
+  X(rx_frames, "frames received") \
+  X(rx_bytes, "bytes received")   \
+  X(tx_frames, "frames sent")     \
+  X(tx_bytes, "bytes sent")       \
+  X(drops, "frames dropped on this plane")
+
+#define MRC_X_ENUM(name, ...) name,
+enum class ShardCtr : uint16_t { MRC_SHARD_COUNTERS(MRC_X_ENUM) count };
+enum class PlaneCtr : uint16_t { MRC_PLANE_COUNTERS(MRC_X_ENUM) count };
+#undef MRC_X_ENUM
+#define MRC_X_NAME(name, ...) #name,
+inline constexpr std::array<std::string_view, size_t(ShardCtr::count)> kShardCtrNames = {
+    MRC_SHARD_COUNTERS(MRC_X_NAME)};
+inline constexpr std::array<std::string_view, size_t(PlaneCtr::count)> kPlaneCtrNames = {
+    MRC_PLANE_COUNTERS(MRC_X_NAME)};
+#undef MRC_X_NAME
+
+template <class E>
+struct AtomicCounters {
+  std::array<std::atomic<uint64_t>, size_t(E::count)> v{};
+  // Single writer: a load and a store, no locked read-modify-write.
+  void inc(E c, uint64_t n = 1) {
+    auto& a = v[size_t(c)];
+    a.store(a.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+  uint64_t operator[](E c) const { return v[size_t(c)].load(std::memory_order_relaxed); }
+};
+
+using ShardCounters = AtomicCounters<ShardCtr>;
+using PlaneCounters = AtomicCounters<PlaneCtr>;
+
+}  // namespace mrc::dp

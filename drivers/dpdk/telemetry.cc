@@ -1,0 +1,295 @@
+#include "dpdk/telemetry.h"
+
+#include <rte_telemetry.h>
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <mutex>
+#include <string>
+
+#include "dpdk/eal.h"
+
+namespace mrc::dp {
+
+namespace {
+
+Nic* g_nic = nullptr;  // telemetry callbacks carry no user data
+std::mutex g_mu;       // held by every callback, so the Nic cannot vanish under one
+
+// A QP named "N" (searched in every device) or "DEV:N".
+Device* find_qp(const char* params, uint32_t& qpn, std::string_view& rest) {
+  if (!g_nic || !params) return nullptr;
+  std::string_view p(params);
+  auto comma = p.find(',');
+  rest = comma == std::string_view::npos ? std::string_view{} : p.substr(comma + 1);
+  p = p.substr(0, comma);
+  std::string_view dev;
+  if (auto c = p.find(':'); c != std::string_view::npos) {
+    dev = p.substr(0, c);
+    p = p.substr(c + 1);
+  }
+  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), qpn);
+  if (ec != std::errc() || end != p.data() + p.size()) return nullptr;
+  for (auto& d : g_nic->devices()) {
+    if (!dev.empty() && d->name() != dev) continue;
+    for (const auto& qi : d->qp_infos())
+      if (qi.qpn == qpn) return d.get();
+  }
+  return nullptr;
+}
+
+// DPDK 22.11 telemetry nests only arrays of scalars inside a dict, and a
+// key may hold only [A-Za-z0-9_/]. Tables therefore come as a "columns"
+// array of names plus one u64 array per row.
+rte_tel_data* u64_array(const std::vector<uint64_t>& v) {
+  rte_tel_data* a = rte_tel_data_alloc();
+  if (!a) return nullptr;
+  rte_tel_data_start_array(a, RTE_TEL_U64_VAL);
+  for (uint64_t x : v) rte_tel_data_add_array_u64(a, x);
+  return a;
+}
+
+rte_tel_data* string_array(const std::vector<std::string>& v) {
+  rte_tel_data* a = rte_tel_data_alloc();
+  if (!a) return nullptr;
+  rte_tel_data_start_array(a, RTE_TEL_STRING_VAL);
+  for (const auto& x : v) rte_tel_data_add_array_string(a, x.c_str());
+  return a;
+}
+
+int add_array(rte_tel_data* out, const std::string& key, rte_tel_data* a) {
+  if (!a) return -ENOMEM;
+  return rte_tel_data_add_dict_container(out, key.c_str(), a, 0);
+}
+
+Device* find_device(const char* params) {
+  if (!params || !*params) return g_nic->devices().empty() ? nullptr : g_nic->devices()[0].get();
+  return g_nic->find_device(params);
+}
+
+int cmd_devices(const char*, const char*, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  rte_tel_data_start_dict(out);
+  std::vector<std::string> names;
+  for (auto& d : g_nic->devices()) names.push_back(d->name());
+  add_array(out, "devices", string_array(names));
+  add_array(out, "columns", string_array({"planes", "lcores", "qps", "max_qps", "mtu", "transport_is_rocev2"}));
+  for (auto& d : g_nic->devices())
+    add_array(out, d->name(),
+              u64_array({d->num_planes(), d->shards().size(), d->qp_infos().size(), d->spec().engine.max_qps,
+                         g_nic->spec().mtu, d->spec().engine.transport == engine::Transport::rocev2}));
+  return 0;
+}
+
+constexpr std::array<engine::EvState, 4> kEvStates = {engine::EvState::good, engine::EvState::skip,
+                                                      engine::EvState::assumed_bad, engine::EvState::denied};
+
+// EV health per plane, over every QP of the device.
+std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> ev_states_per_plane(Device& d) {
+  std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> states{};
+  for (const auto& qi : d.qp_infos()) {
+    std::vector<engine::EvInfo> evs;
+    if (!d.ev_info(qi.qpn, evs)) continue;
+    for (const auto& e : evs)
+      if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
+  }
+  return states;
+}
+
+// /mrc/planes: one row per plane of every device, "DEV_P".
+int cmd_planes(const char*, const char*, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  rte_tel_data_start_dict(out);
+  std::vector<std::string> cols = {"port_id", "link_up", "fault_drop_ppm", "fault_corrupt_ppm", "fault_delay_ns"};
+  for (auto n : kPlaneCtrNames) cols.emplace_back(n);
+  for (auto s : kEvStates) cols.push_back(fmt::format("evs_{}", engine::ev_state_name(s)));
+  bool have_port_cols = false;
+  for (auto& d : g_nic->devices()) {
+    const auto states = ev_states_per_plane(*d);
+    for (uint32_t p = 0; p < d->num_planes(); ++p) {
+      const FaultSpec f = d->fault(p);
+      std::vector<uint64_t> row = {d->spec().planes[p].port_id, d->link_up(p), uint64_t(f.drop * 1e6),
+                                   uint64_t(f.corrupt * 1e6), f.delay_ns};
+      for (uint64_t v : d->plane_counters(p)) row.push_back(v);
+      for (auto s : kEvStates) row.push_back(states[p][size_t(s)]);
+      for (const auto& [name, v] : d->port_stats(p)) {
+        if (!have_port_cols) cols.push_back(name);
+        row.push_back(v);
+      }
+      have_port_cols = true;
+      add_array(out, fmt::format("{}_{}", d->name(), p), u64_array(row));
+    }
+  }
+  add_array(out, "columns", string_array(cols));
+  return 0;
+}
+
+// /mrc/plane,DEV:P: one plane with its addresses.
+int cmd_plane(const char*, const char* params, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  std::string_view p(params ? params : "");
+  const auto colon = p.find(':');
+  if (colon == std::string_view::npos) return -EINVAL;
+  Device* d = g_nic->find_device(std::string(p.substr(0, colon)));
+  uint32_t plane = 0;
+  auto num = p.substr(colon + 1);
+  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), plane);
+  if (!d || ec != std::errc() || end != num.data() + num.size() || plane >= d->num_planes()) return -EINVAL;
+  rte_tel_data_start_dict(out);
+  rte_tel_data_add_dict_string(out, "device", d->name().c_str());
+  rte_tel_data_add_dict_u64(out, "plane", plane);
+  rte_tel_data_add_dict_string(out, "port", d->spec().planes[plane].port.c_str());
+  rte_tel_data_add_dict_u64(out, "port_id", d->spec().planes[plane].port_id);
+  rte_tel_data_add_dict_string(out, "mac", format_mac(d->plane_addr(plane).mac).c_str());
+  rte_tel_data_add_dict_string(out, "ip", d->plane_addr(plane).ip.str().c_str());
+  rte_tel_data_add_dict_string(out, "link", d->link_up(plane) ? "up" : "down");
+  const FaultSpec f = d->fault(plane);
+  rte_tel_data_add_dict_u64(out, "fault_drop_ppm", uint64_t(f.drop * 1e6));
+  rte_tel_data_add_dict_u64(out, "fault_corrupt_ppm", uint64_t(f.corrupt * 1e6));
+  rte_tel_data_add_dict_u64(out, "fault_delay_ns", f.delay_ns);
+  const auto pc = d->plane_counters(plane);
+  for (size_t i = 0; i < pc.size(); ++i) rte_tel_data_add_dict_u64(out, std::string(kPlaneCtrNames[i]).c_str(), pc[i]);
+  for (const auto& [name, v] : d->port_stats(plane)) rte_tel_data_add_dict_u64(out, name.c_str(), v);
+  const auto states = ev_states_per_plane(*d);
+  for (auto s : kEvStates)
+    rte_tel_data_add_dict_u64(out, fmt::format("evs_{}", engine::ev_state_name(s)).c_str(), states[plane][size_t(s)]);
+  return 0;
+}
+
+int cmd_qps(const char*, const char*, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  rte_tel_data_start_dict(out);
+  for (auto& d : g_nic->devices()) {
+    std::vector<uint64_t> qpns;
+    for (const auto& qi : d->qp_infos()) qpns.push_back(qi.qpn);
+    add_array(out, d->name(), u64_array(qpns));
+  }
+  return 0;
+}
+
+int cmd_qp(const char*, const char* params, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  uint32_t qpn = 0;
+  std::string_view rest;
+  Device* d = find_qp(params, qpn, rest);
+  if (!d) return -EINVAL;
+  for (const auto& qi : d->qp_infos()) {
+    if (qi.qpn != qpn) continue;
+    rte_tel_data_start_dict(out);
+    rte_tel_data_add_dict_string(out, "device", d->name().c_str());
+    rte_tel_data_add_dict_u64(out, "qpn", qi.qpn);
+    rte_tel_data_add_dict_string(out, "state", std::string(engine::qp_state_name(qi.state)).c_str());
+    rte_tel_data_add_dict_u64(out, "dest_qpn", qi.dest_qpn);
+    rte_tel_data_add_dict_u64(out, "snd_una", qi.snd_una);
+    rte_tel_data_add_dict_u64(out, "snd_nxt", qi.snd_nxt);
+    rte_tel_data_add_dict_u64(out, "rcv_cack", qi.rcv_cack);
+    rte_tel_data_add_dict_u64(out, "inflight_bytes", qi.inflight_bytes);
+    rte_tel_data_add_dict_u64(out, "cwnd_bytes", qi.cwnd_bytes);
+    rte_tel_data_add_dict_u64(out, "sq_outstanding", qi.sq_outstanding);
+    rte_tel_data_add_dict_u64(out, "rq_posted", qi.rq_posted);
+    rte_tel_data_add_dict_u64(out, "retries", qi.retries);
+    for (size_t i = 0; i < qi.ctr.v.size(); ++i)
+      rte_tel_data_add_dict_u64(out, std::string(engine::kQpCtrNames[i]).c_str(), qi.ctr.v[i]);
+    return 0;
+  }
+  return -EINVAL;
+}
+
+// EVs come in pages: the reply is capped at 16 KB and 256 dict entries.
+constexpr size_t kEvsPerPage = 64;
+
+int cmd_evs(const char*, const char* params, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  uint32_t qpn = 0;
+  std::string_view rest;
+  Device* d = find_qp(params, qpn, rest);
+  if (!d) return -EINVAL;
+  size_t first = 0;
+  if (!rest.empty()) {
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), first);
+    if (ec != std::errc() || end != rest.data() + rest.size()) return -EINVAL;
+  }
+  std::vector<engine::EvInfo> evs;
+  if (!d->ev_info(qpn, evs)) return -EINVAL;
+  rte_tel_data_start_dict(out);
+  rte_tel_data_add_dict_string(out, "device", d->name().c_str());
+  rte_tel_data_add_dict_u64(out, "qpn", qpn);
+  rte_tel_data_add_dict_u64(out, "count", evs.size());
+  const size_t last = std::min(evs.size(), first + kEvsPerPage);
+  if (last < evs.size()) rte_tel_data_add_dict_u64(out, "next", last);
+  std::vector<std::string> cols = {"ev", "plane", "state", "active"};
+  for (auto n : engine::kEvCtrNames) cols.emplace_back(n);
+  add_array(out, "columns", string_array(cols));
+  std::vector<std::string> states;
+  for (auto s : kEvStates) states.emplace_back(engine::ev_state_name(s));
+  add_array(out, "states", string_array(states));
+  for (size_t i = first; i < last; ++i) {
+    const auto& e = evs[i];
+    std::vector<uint64_t> row = {e.value, e.plane, uint64_t(e.state), e.active};
+    for (uint64_t v : e.ctr.v) row.push_back(v);
+    add_array(out, std::to_string(i), u64_array(row));
+  }
+  return 0;
+}
+
+// /mrc/counters[,DEV]: the engine's device counters, the NIC's (nic_*) and
+// the sum over the device's QPs (qp_*).
+int cmd_counters(const char*, const char* params, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  Device* d = find_device(params);
+  if (!d) return -EINVAL;
+  rte_tel_data_start_dict(out);
+  rte_tel_data_add_dict_string(out, "device", d->name().c_str());
+  const auto ec = d->engine_counters();
+  for (size_t i = 0; i < ec.v.size(); ++i)
+    rte_tel_data_add_dict_u64(out, std::string(engine::kDevCtrNames[i]).c_str(), ec.v[i]);
+  const auto sc = d->shard_counters();
+  for (size_t i = 0; i < sc.size(); ++i)
+    rte_tel_data_add_dict_u64(out, fmt::format("nic_{}", kShardCtrNames[i]).c_str(), sc[i]);
+  engine::Counters<engine::QpCtr> q;
+  for (const auto& qi : d->qp_infos())
+    for (size_t i = 0; i < q.v.size(); ++i) q.v[i] += qi.ctr.v[i];
+  for (size_t i = 0; i < q.v.size(); ++i)
+    rte_tel_data_add_dict_u64(out, fmt::format("qp_{}", engine::kQpCtrNames[i]).c_str(), q.v[i]);
+  return 0;
+}
+
+}  // namespace
+
+std::string register_telemetry(Nic& nic) {
+  g_nic = &nic;
+  struct Cmd {
+    const char* name;
+    telemetry_cb fn;
+    const char* help;
+  };
+  const Cmd cmds[] = {
+      {"/mrc/devices", cmd_devices, "MRC devices. No parameters"},
+      {"/mrc/planes", cmd_planes, "Planes of every device (rows DEV_P): link, faults, counters, EV states"},
+      {"/mrc/plane", cmd_plane, "One plane with its port and addresses. Parameters: DEV:PLANE"},
+      {"/mrc/qps", cmd_qps, "QPNs per device. No parameters"},
+      {"/mrc/qp", cmd_qp, "One QP's state and counters. Parameters: QPN or DEV:QPN"},
+      {"/mrc/evs", cmd_evs, "A QP's EVs, 64 per page. Parameters: QPN[,FIRST] or DEV:QPN[,FIRST]"},
+      {"/mrc/counters", cmd_counters, "Engine, NIC (nic_*) and summed QP (qp_*) counters. Parameters: [DEV]"},
+  };
+  for (const auto& c : cmds) {
+    const int rc = rte_telemetry_register_cmd(c.name, c.fn, c.help);
+    if (rc != 0) return fmt::format("telemetry command {}: error {}", c.name, rc);
+  }
+  return {};
+}
+
+void unregister_telemetry() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_nic = nullptr;
+}
+
+}  // namespace mrc::dp

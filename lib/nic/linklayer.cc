@@ -1,0 +1,279 @@
+#include "nic/linklayer.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "wire/bytes.h"
+#include "wire/headers.h"
+#include "wire/spec.h"
+
+namespace mrc::nic {
+namespace {
+
+using wire::load_be16;
+using wire::load_be32;
+using wire::store_be16;
+using wire::store_be32;
+using Ip6 = std::array<uint8_t, 16>;
+
+// Ethernet [IEEE 802.3]. A frame shorter than 60 bytes (64 with FCS) is a
+// runt; not every PMD pads on transmit, so replies pad themselves.
+constexpr size_t kMinFrameLen = 60;
+constexpr uint64_t kBroadcastMac = 0xFFFFFFFFFFFFull;
+constexpr uint64_t kMacGroupBit = 1ull << 40;  // I/G bit: LSB of the first octet
+constexpr unsigned kMacLen = 6;
+
+// ARP for IPv4 over Ethernet [RFC 826].
+constexpr unsigned kArpLen = 28;
+constexpr uint16_t kArpHtypeEthernet = 1;
+constexpr uint8_t kArpIpv4Len = 4;
+constexpr uint16_t kArpOpRequest = 1;
+constexpr uint16_t kArpOpReply = 2;
+constexpr unsigned kArpOpOffset = 6;
+constexpr unsigned kArpShaOffset = 8;
+constexpr unsigned kArpSpaOffset = 14;
+constexpr unsigned kArpThaOffset = 18;
+constexpr unsigned kArpTpaOffset = 24;
+
+// IPv4 [RFC 791]: RoCEv2 sets DF, so a fragment is never ours; we do not
+// reassemble.
+constexpr uint16_t kIpv4MoreFragments = 0x2000;
+constexpr uint16_t kIpv4FragOffsetMask = 0x1FFF;
+constexpr unsigned kIpv4MinIhl = 5;
+
+// ICMPv6 [RFC 4443] and Neighbour Discovery [RFC 4861].
+constexpr uint8_t kIpProtoIcmpv6 = 58;
+constexpr uint8_t kIcmpv6NeighbourSolicit = 135;
+constexpr uint8_t kIcmpv6NeighbourAdvert = 136;
+constexpr uint8_t kNdHopLimit = 255;  // proves the sender is on-link (RFC 4861 7.1.1)
+constexpr unsigned kNdMsgLen = 24;    // type, code, checksum, reserved/flags, target
+constexpr unsigned kNdChecksumOffset = 2;
+constexpr unsigned kNdFlagsOffset = 4;
+constexpr unsigned kNdTargetOffset = 8;
+constexpr uint32_t kNaFlagSolicited = 0x40000000;
+constexpr uint32_t kNaFlagOverride = 0x20000000;
+constexpr unsigned kNdOptUnit = 8;  // option lengths count 8-byte units
+constexpr uint8_t kNdOptSourceLinkAddr = 1;
+constexpr uint8_t kNdOptTargetLinkAddr = 2;
+constexpr unsigned kNaLen = kNdMsgLen + kNdOptUnit;  // NA + one target link-layer option
+
+// IPv6 addresses [RFC 4291]. The solicited-node group of an address is
+// ff02::1:ff00:0/104 plus its low 24 bits; multicast maps to 33:33 plus the
+// group's low 32 bits on Ethernet [RFC 2464].
+constexpr Ip6 kAllNodes{0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01};
+constexpr Ip6 kSolicitedNodePrefix{0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xFF, 0, 0, 0};
+constexpr unsigned kSolicitedNodePrefixLen = 13;
+constexpr uint64_t kIpv6MulticastMacPrefix = 0x333300000000ull;
+constexpr uint8_t kIpv6MulticastFirstOctet = 0xFF;
+
+static_assert(wire::kEthLen + wire::kIpv6Len + kNaLen <= kLinkReplyCapacity);
+static_assert(kMinFrameLen <= kLinkReplyCapacity);
+
+uint64_t load_mac(const uint8_t* p) { return wire::load_be<kMacLen>(p); }
+void store_mac(uint8_t* p, uint64_t mac) { wire::store_be<kMacLen>(p, mac); }
+bool is_group_mac(uint64_t mac) { return (mac & kMacGroupBit) != 0; }
+
+Ip6 load_ip6(const uint8_t* p) {
+  Ip6 a;
+  std::memcpy(a.data(), p, a.size());
+  return a;
+}
+
+bool is_unspecified(const Ip6& a) {
+  return std::all_of(a.begin(), a.end(), [](uint8_t b) { return b == 0; });
+}
+bool is_multicast(const Ip6& a) { return a[0] == kIpv6MulticastFirstOctet; }
+
+Ip6 solicited_node(const Ip6& a) {
+  Ip6 g = kSolicitedNodePrefix;
+  std::copy(a.begin() + kSolicitedNodePrefixLen, a.end(), g.begin() + kSolicitedNodePrefixLen);
+  return g;
+}
+
+uint64_t multicast_mac(const Ip6& group) { return kIpv6MulticastMacPrefix | load_be32(group.data() + 12); }
+
+// RFC 1071 one's-complement sum, folded to 16 bits but not inverted; an odd
+// tail byte is padded with zero on the right.
+uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0) {
+  for (size_t i = 0; i + 1 < n; i += 2) acc += load_be16(p + i);
+  if (n & 1) acc += uint32_t(p[n - 1]) << 8;
+  while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
+  return acc;
+}
+
+// The ICMPv6 checksum covers a pseudo-header of source, destination, upper
+// layer length and next header [RFC 8200 8.1]. Over a message whose checksum
+// field holds the right value the result is 0.
+uint16_t icmpv6_checksum(const Ip6& src, const Ip6& dst, const uint8_t* msg, uint32_t len) {
+  uint8_t tail[8] = {};
+  store_be32(tail, len);
+  tail[7] = kIpProtoIcmpv6;
+  uint32_t acc = sum16(src.data(), src.size());
+  acc = sum16(dst.data(), dst.size(), acc);
+  acc = sum16(tail, sizeof tail, acc);
+  acc = sum16(msg, len, acc);
+  return static_cast<uint16_t>(~acc);
+}
+
+void write_eth(uint8_t* p, uint64_t dst, uint64_t src, uint16_t type) {
+  wire::EthRef eth(p);
+  eth.set_dst_mac(dst);
+  eth.set_src_mac(src);
+  eth.set_ether_type(type);
+}
+
+LinkVerdict on_arp(const PlaneIdentity& me, std::span<const uint8_t> frame, uint64_t dst_mac, std::span<uint8_t> reply,
+                   size_t& reply_len) {
+  if (frame.size() < wire::kEthLen + kArpLen) return LinkVerdict::malformed;
+  const uint8_t* arp = frame.data() + wire::kEthLen;
+  // ARP for other protocol or hardware types (and ARP replies) is not ours to answer.
+  if (load_be16(arp) != kArpHtypeEthernet || load_be16(arp + 2) != wire::kEtherTypeIpv4 || arp[4] != kMacLen ||
+      arp[5] != kArpIpv4Len || load_be16(arp + kArpOpOffset) != kArpOpRequest)
+    return LinkVerdict::not_ours;
+  if (dst_mac != kBroadcastMac && dst_mac != me.mac) return LinkVerdict::not_ours;
+  if (!me.ipv4 || load_be32(arp + kArpTpaOffset) != *me.ipv4) return LinkVerdict::not_ours;
+  const uint64_t sha = load_mac(arp + kArpShaOffset);
+  // The reply goes to the sender's hardware address, so it must be a station.
+  if (is_group_mac(sha) || sha == 0) return LinkVerdict::malformed;
+  if (reply.size() < kMinFrameLen) return LinkVerdict::not_ours;  // caller broke the capacity contract
+
+  uint8_t* out = reply.data();
+  std::memset(out, 0, kMinFrameLen);
+  write_eth(out, sha, me.mac, wire::kEtherTypeArp);
+  uint8_t* r = out + wire::kEthLen;
+  store_be16(r, kArpHtypeEthernet);
+  store_be16(r + 2, wire::kEtherTypeIpv4);
+  r[4] = kMacLen;
+  r[5] = kArpIpv4Len;
+  store_be16(r + kArpOpOffset, kArpOpReply);
+  store_mac(r + kArpShaOffset, me.mac);
+  store_be32(r + kArpSpaOffset, *me.ipv4);
+  store_mac(r + kArpThaOffset, sha);
+  std::memcpy(r + kArpTpaOffset, arp + kArpSpaOffset, kArpIpv4Len);
+  reply_len = kMinFrameLen;
+  return LinkVerdict::replied;
+}
+
+LinkVerdict on_ipv4(const PlaneIdentity& me, std::span<const uint8_t> frame, uint64_t dst_mac) {
+  if (frame.size() < wire::kEthLen + wire::kIpv4Len) return LinkVerdict::malformed;
+  wire::Ipv4View ip(frame.data() + wire::kEthLen);
+  if (ip.version() != 4 || ip.ihl() < kIpv4MinIhl) return LinkVerdict::malformed;
+  if (dst_mac != me.mac || !me.ipv4 || ip.dst() != *me.ipv4) return LinkVerdict::not_ours;
+  if (ip.protocol() != wire::kIpProtoUdp) return LinkVerdict::not_ours;
+  if (ip.frag() & (kIpv4MoreFragments | kIpv4FragOffsetMask)) return LinkVerdict::not_ours;
+  const size_t udp = wire::kEthLen + ip.ihl() * 4u;
+  if (frame.size() < udp + wire::kUdpLen) return LinkVerdict::malformed;
+  if (wire::UdpView(frame.data() + udp).dst_port() != wire::kRoceUdpPort) return LinkVerdict::not_ours;
+  return LinkVerdict::roce;
+}
+
+// Answers a Neighbour Solicitation for our address; `icmp` is the whole
+// ICMPv6 message (the IPv6 payload, Ethernet padding excluded).
+LinkVerdict on_solicit(const PlaneIdentity& me, const Ip6& our_ip, std::span<const uint8_t> frame,
+                       std::span<const uint8_t> icmp, std::span<uint8_t> reply, size_t& reply_len) {
+  if (icmp.size() < kNdMsgLen) return LinkVerdict::malformed;
+  if (load_ip6(icmp.data() + kNdTargetOffset) != our_ip) return LinkVerdict::not_ours;
+
+  // Validation per RFC 4861 7.1.1: a solicitation failing any check is dropped.
+  wire::Ipv6View ip(frame.data() + wire::kEthLen);
+  const Ip6 src = load_ip6(frame.data() + wire::kEthLen + wire::kIpv6SrcOffset);
+  const Ip6 dst = load_ip6(frame.data() + wire::kEthLen + wire::kIpv6DstOffset);
+  if (ip.hop_limit() != kNdHopLimit || icmp[1] != 0) return LinkVerdict::malformed;
+  if (icmpv6_checksum(src, dst, icmp.data(), static_cast<uint32_t>(icmp.size())) != 0) return LinkVerdict::malformed;
+  if (is_multicast(src)) return LinkVerdict::malformed;
+  const bool dad = is_unspecified(src);  // Duplicate Address Detection probe
+  if (dad && dst != solicited_node(our_ip)) return LinkVerdict::malformed;
+  std::optional<uint64_t> source_lla;
+  for (size_t off = kNdMsgLen; off < icmp.size();) {
+    if (icmp.size() - off < 2) return LinkVerdict::malformed;
+    const size_t len = size_t(icmp[off + 1]) * kNdOptUnit;
+    if (len == 0 || len > icmp.size() - off) return LinkVerdict::malformed;
+    if (icmp[off] == kNdOptSourceLinkAddr && len >= 2 + kMacLen) source_lla = load_mac(&icmp[off + 2]);
+    off += len;
+  }
+  if (dad && source_lla) return LinkVerdict::malformed;
+  if (reply.size() < wire::kEthLen + wire::kIpv6Len + kNaLen) return LinkVerdict::not_ours;  // capacity contract
+
+  // A DAD probe has no address to answer, so the defence goes to all nodes
+  // and is unsolicited (RFC 4861 7.2.4). Otherwise reply to the asker, at the
+  // link address it advertised, or failing that the one it sent from.
+  const Ip6 reply_dst = dad ? kAllNodes : src;
+  const uint64_t reply_mac =
+      dad ? multicast_mac(kAllNodes) : source_lla.value_or(wire::EthView(frame.data()).src_mac());
+  if (!dad && is_group_mac(reply_mac)) return LinkVerdict::malformed;
+
+  uint8_t* out = reply.data();
+  const size_t len = wire::kEthLen + wire::kIpv6Len + kNaLen;
+  std::memset(out, 0, len);
+  write_eth(out, reply_mac, me.mac, wire::kEtherTypeIpv6);
+  uint8_t* l3 = out + wire::kEthLen;
+  wire::Ipv6Ref oip(l3);
+  oip.set_version(6);
+  oip.set_payload_len(kNaLen);
+  oip.set_next_header(kIpProtoIcmpv6);
+  oip.set_hop_limit(kNdHopLimit);
+  std::memcpy(l3 + wire::kIpv6SrcOffset, our_ip.data(), our_ip.size());
+  std::memcpy(l3 + wire::kIpv6DstOffset, reply_dst.data(), reply_dst.size());
+  uint8_t* na = l3 + wire::kIpv6Len;
+  na[0] = kIcmpv6NeighbourAdvert;
+  // Override: we own this address, so our answer replaces any cached one.
+  store_be32(na + kNdFlagsOffset, kNaFlagOverride | (dad ? 0 : kNaFlagSolicited));
+  std::memcpy(na + kNdTargetOffset, our_ip.data(), our_ip.size());
+  na[kNdMsgLen] = kNdOptTargetLinkAddr;
+  na[kNdMsgLen + 1] = 1;  // one 8-byte unit
+  store_mac(na + kNdMsgLen + 2, me.mac);
+  store_be16(na + kNdChecksumOffset, icmpv6_checksum(our_ip, reply_dst, na, kNaLen));
+  reply_len = len;
+  return LinkVerdict::replied;
+}
+
+LinkVerdict on_ipv6(const PlaneIdentity& me, std::span<const uint8_t> frame, uint64_t dst_mac, std::span<uint8_t> reply,
+                    size_t& reply_len) {
+  constexpr size_t l4 = wire::kEthLen + wire::kIpv6Len;
+  if (frame.size() < l4) return LinkVerdict::malformed;
+  wire::Ipv6View ip(frame.data() + wire::kEthLen);
+  if (ip.version() != 6) return LinkVerdict::malformed;
+  if (!me.ipv6) return LinkVerdict::not_ours;
+  const Ip6& ours = *me.ipv6;
+  const Ip6 dst = load_ip6(frame.data() + wire::kEthLen + wire::kIpv6DstOffset);
+  // Extension headers are not followed: RoCEv2 and ND never need them.
+  switch (ip.next_header()) {
+    case wire::kIpProtoUdp: {
+      if (dst_mac != me.mac || dst != ours) return LinkVerdict::not_ours;
+      if (frame.size() < l4 + wire::kUdpLen) return LinkVerdict::malformed;
+      if (wire::UdpView(frame.data() + l4).dst_port() != wire::kRoceUdpPort) return LinkVerdict::not_ours;
+      return LinkVerdict::roce;
+    }
+    case kIpProtoIcmpv6: {
+      // Solicitations come to our address or, when the asker has no cache
+      // entry, to our solicited-node group at its mapped MAC.
+      const bool unicast = dst == ours && dst_mac == me.mac;
+      const bool group = dst == solicited_node(ours) && dst_mac == multicast_mac(dst);
+      if (!unicast && !group) return LinkVerdict::not_ours;
+      if (frame.size() < l4 + ip.payload_len()) return LinkVerdict::malformed;
+      const auto icmp = frame.subspan(l4, ip.payload_len());  // drops Ethernet padding
+      if (icmp.empty()) return LinkVerdict::malformed;
+      if (icmp[0] != kIcmpv6NeighbourSolicit) return LinkVerdict::not_ours;
+      return on_solicit(me, ours, frame, icmp, reply, reply_len);
+    }
+    default: return LinkVerdict::not_ours;
+  }
+}
+
+}  // namespace
+
+LinkVerdict classify(const PlaneIdentity& me, std::span<const uint8_t> frame, std::span<uint8_t> reply,
+                     size_t& reply_len) {
+  reply_len = 0;
+  if (frame.size() < wire::kEthLen) return LinkVerdict::malformed;
+  wire::EthView eth(frame.data());
+  const uint64_t dst_mac = eth.dst_mac();
+  switch (eth.ether_type()) {
+    case wire::kEtherTypeArp: return on_arp(me, frame, dst_mac, reply, reply_len);
+    case wire::kEtherTypeIpv4: return on_ipv4(me, frame, dst_mac);
+    case wire::kEtherTypeIpv6: return on_ipv6(me, frame, dst_mac, reply, reply_len);
+    default: return LinkVerdict::not_ours;  // includes 802.1Q: planes run untagged
+  }
+}
+
+}  // namespace mrc::nic
