@@ -295,6 +295,9 @@ TEST_CASE("invalid or foreign Neighbour Solicitations are dropped") {
   o.slla_units = 2;  // runs past the message
   CHECK(verdict(o) == LinkVerdict::malformed);
   o = {};
+  o.src = kAllNodes;  // a multicast source is never valid
+  CHECK(verdict(o) == LinkVerdict::malformed);
+  o = {};
   o.src = kUnspecified;  // DAD must not carry a source link-layer option
   CHECK(verdict(o) == LinkVerdict::malformed);
   o = {};
@@ -356,6 +359,15 @@ TEST_CASE("other UDP, other addresses and other ethertypes are not ours") {
   eth(lldp, 0x0180C200000Eull, kPeerMac, 0x88CC);
   lldp.resize(60, 0);
   CHECK(run(lldp).verdict == LinkVerdict::not_ours);
+
+  // IPv4 options move the UDP header; the port is read where IHL says.
+  Bytes opts = udp4(4792);
+  opts[14] = 0x46;
+  opts.insert(opts.begin() + 34, {0x01, 0x01, 0x12, 0xB7});  // NOPs, then bytes that read as port 4791
+  CHECK(run(opts).verdict == LinkVerdict::not_ours);
+  opts[40] = 0x12;
+  opts[41] = 0xB7;
+  CHECK(run(opts).verdict == LinkVerdict::roce);
 
   Bytes v4_bad_version = udp4(4791);
   v4_bad_version[14] = 0x65;
