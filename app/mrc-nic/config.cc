@@ -65,6 +65,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--stats-interval", o.stats_interval, "seconds between table rows (0: none)")->capture_default_str();
   app.add_option("--duration", o.duration, "seconds to run (0: until the workload ends or a signal)")
       ->capture_default_str();
+  app.add_option("--link-wait", o.link_wait, "seconds to wait for every port's link before starting")
+      ->capture_default_str();
   app.add_option("--linger", o.linger, "seconds to keep serving telemetry after the workload ends")
       ->capture_default_str();
   app.add_option("--telemetry", o.telemetry, "register the /mrc/* telemetry commands")->capture_default_str();

@@ -64,6 +64,7 @@ struct Options {
   double stats_interval = 0;
   double duration = 0;
   double linger = 0;
+  double link_wait = 10;
   bool telemetry = true;
   uint64_t seed = 1;
   WorkloadOptions wl;

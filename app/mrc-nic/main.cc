@@ -265,6 +265,11 @@ int run(int argc, char** argv) {
   if (o.telemetry) {
     if (err = dp::register_telemetry(*nic); !err.empty()) fmt::print(stderr, "mrc-nic: {}\n", err);
   }
+  if (o.link_wait > 0) {
+    const auto down = nic->wait_for_links(o.link_wait);
+    if (!down.empty())
+      fmt::print(stderr, "mrc-nic: after {} s these ports are still down: {}\n", o.link_wait, fmt::join(down, ", "));
+  }
   std::unique_ptr<nicapp::Workload> wl;
   if (!o.wl.op.empty()) {
     wl = std::make_unique<nicapp::Workload>(*nic, o, b);
@@ -313,6 +318,8 @@ int run(int argc, char** argv) {
   std::optional<nicapp::WorkloadResult> result;
   if (wl) result = wl->finish();
   const double seconds = elapsed();
+  // Final figures come from a quiet datapath, so they agree with each other.
+  nic->stop();
   if (o.stats_interval > 0) table.row(seconds, wl ? wl->bytes_completed() : 0);
   print_final_counters(*nic);
   if (result) {
@@ -325,11 +332,9 @@ int run(int argc, char** argv) {
                  e.qpn, e.ev, engine::ev_state_name(e.from), engine::ev_state_name(e.to), e.drops);
   fmt::print("{}\n", json_summary(*nic, o, result ? &*result : nullptr, seconds));
   std::fflush(stdout);
-  for (const double until = elapsed() + o.linger; !g_signal && elapsed() < until;) {
+  // Telemetry keeps answering (from the stopped datapath's state).
+  for (const double until = elapsed() + o.linger; !g_signal && elapsed() < until;)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    links.run(elapsed());
-  }
-  nic->stop();
   dp::unregister_telemetry();
   nic.reset();
   return result && !(result->integrity_ok && result->completions_ok) ? 3 : 0;

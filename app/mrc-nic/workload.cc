@@ -202,7 +202,9 @@ struct Workload::Impl {
   std::vector<std::unique_ptr<ResponderApp>> resp_apps;
 
   Impl(dp::Nic& n, const Options& opt, const Built& built)
-      : nic(n), o(opt), b(built), wl(opt.wl), imm(opt.wl.op == "write_imm"), K(opt.wl.depth + 1) {}
+      : nic(n), o(opt), b(built), wl(opt.wl), imm(opt.wl.op == "write_imm"), K(opt.wl.depth + 1) {
+    wl.seed = opt.seed;
+  }
   ~Impl() {
     if (peer_fd >= 0) ::close(peer_fd);
     if (listen_fd >= 0) ::close(listen_fd);

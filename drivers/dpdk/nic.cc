@@ -114,6 +114,14 @@ struct Shard::Impl final : engine::Env {
     uint32_t plane;
     uint16_t port, queue;
   };
+  // Ports whose PMD unmaps its rings from another thread when the peer goes
+  // away (memif): touched only while their link reads up.
+  std::array<bool, engine::kMaxPlanes> gate_on_link{};
+  bool port_usable(uint32_t plane) const {
+    if (!gate_on_link[plane]) return true;
+    rte_eth_link link;
+    return rte_eth_link_get_nowait(tx[plane].port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  }
   std::vector<RxQueue> rxq;
   struct Handoff {
     uint32_t plane;
@@ -420,6 +428,7 @@ unsigned Shard::run_once(Nanos now) {
     work += n;
   }
   for (const auto& q : I.rxq) {
+    if (!I.port_usable(q.plane)) continue;
     const uint16_t n = rte_eth_rx_burst(q.port, q.queue, burst.data(), kRxBurst);
     for (uint16_t i = 0; i < n; ++i) I.receive(q.plane, burst[i], false);
     work += n;
@@ -696,6 +705,9 @@ Nic::Nic(const NicSpec& spec) : spec_(spec) {
       for (uint32_t p = 0; p < ds.planes.size(); ++p) {
         auto& t = I.tx[p];
         t.port = ds.planes[p].port_id;
+        rte_eth_dev_info info{};
+        I.gate_on_link[p] = rte_eth_dev_info_get(t.port, &info) == 0 && info.driver_name &&
+                            std::string_view(info.driver_name) == "net_memif";
         if (k < queues[p]) {
           t.queue = static_cast<int>(k);
           I.rxq.push_back({p, t.port, static_cast<uint16_t>(k)});
@@ -742,6 +754,21 @@ Device* Nic::find_device(const std::string& name) {
 }
 
 Nanos Nic::now() const { return g_clock.now(); }
+
+std::vector<std::string> Nic::wait_for_links(double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    std::vector<std::string> down;
+    for (auto& d : devices_)
+      for (const auto& ps : d->spec_.planes) {
+        rte_eth_link link{};
+        if (rte_eth_link_get_nowait(ps.port_id, &link) != 0 || link.link_status != RTE_ETH_LINK_UP)
+          down.push_back(fmt::format("{} ({})", ps.port, d->name()));
+      }
+    if (down.empty() || std::chrono::steady_clock::now() >= until) return down;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 namespace {
 struct LaunchArg {

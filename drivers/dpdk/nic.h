@@ -181,6 +181,9 @@ class Nic {
   const NicSpec& spec() const { return spec_; }
   rte_mempool* pool() { return pool_; }
 
+  // Waits up to `seconds` for every plane's port link; returns the ports
+  // still down.
+  std::vector<std::string> wait_for_links(double seconds);
   // Launches the worker loops on their lcores (the main lcore runs none).
   void start();
   // Stops and joins the workers (idempotent).

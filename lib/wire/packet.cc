@@ -212,6 +212,9 @@ ParseError parse_frame(std::span<const uint8_t> frame, Packet& out, ParseOptions
     if (ip.version() != 4) return ParseError::bad_ip_version;
     if (ip.ihl() != kIpv4Len / 4) return ParseError::bad_ip_header_len;
     if (ip.total_len() < kIpv4Len || l3 + ip.total_len() > n) return ParseError::bad_ip_length;
+    // A valid header sums to all ones; the ICRC masks TOS, TTL and this
+    // checksum, so nothing else would catch a corrupted DSCP or ECN.
+    if (ipv4_checksum(p + l3) != 0) return ParseError::bad_ip_checksum;
     if (ip.frag() & 0x3FFF) return ParseError::ip_fragment;
     if (ip.protocol() != kIpProtoUdp) return ParseError::not_udp;
     at.ip_version = 4;

@@ -25,6 +25,7 @@ namespace mrc::wire {
   X(bad_ip_version, "IP version does not match the EtherType")            \
   X(bad_ip_header_len, "IPv4 header with options or a bad IHL")           \
   X(bad_ip_length, "IP length disagrees with the frame")                  \
+  X(bad_ip_checksum, "IPv4 header checksum is wrong (the ICRC skips it)") \
   X(ip_fragment, "fragmented IPv4 packet")                                \
   X(not_udp, "IP protocol is not UDP")                                    \
   X(truncated_udp, "UDP header cut short")                                \

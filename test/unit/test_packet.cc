@@ -118,7 +118,15 @@ TEST_CASE("each rejection has its own reason") {
   auto base = build(wo, false, false, 64);
   // Re-seals an untagged IPv4 frame after an edit, so that only the intended
   // defect remains.
-  auto refresh = [](std::vector<uint8_t>& f) { icrc_fill({f.data() + kEthLen, f.size() - kEthLen}); };
+  auto reseal_ip = [](std::vector<uint8_t>& f) {
+    Ipv4Ref ip(f.data() + kEthLen);
+    ip.set_checksum(0);
+    ip.set_checksum(ipv4_checksum(f.data() + kEthLen));
+  };
+  auto refresh = [&](std::vector<uint8_t>& f) {
+    reseal_ip(f);
+    icrc_fill({f.data() + kEthLen, f.size() - kEthLen});
+  };
 
   CHECK(parse_frame(std::span(base.data(), 10), p) == ParseError::truncated_eth);
   {
@@ -144,17 +152,27 @@ TEST_CASE("each rejection has its own reason") {
   CHECK(parse_frame(std::span(base.data(), base.size() - 1), p) == ParseError::bad_ip_length);
   {
     auto f = base;
+    f[14 + 8] ^= 0x01;  // TTL: masked by the ICRC, so only the checksum notices
+    CHECK(parse_frame(f, p) == ParseError::bad_ip_checksum);
+    reseal_ip(f);
+    CHECK(parse_frame(f, p) == ParseError::ok);
+  }
+  {
+    auto f = base;
     f[14 + 6] |= 0x20;  // more fragments
+    reseal_ip(f);
     CHECK(parse_frame(f, p) == ParseError::ip_fragment);
   }
   {
     auto f = base;
     f[14 + 9] = 6;
+    reseal_ip(f);
     CHECK(parse_frame(f, p) == ParseError::not_udp);
   }
   {
     auto f = base;
     f[14 + 2] = 0, f[14 + 3] = 24;  // IP length leaves 4 bytes of UDP
+    reseal_ip(f);
     CHECK(parse_frame(f, p) == ParseError::truncated_udp);
   }
   {
@@ -172,6 +190,7 @@ TEST_CASE("each rejection has its own reason") {
     f.resize(42 + 8);
     Ipv4Ref(f.data() + 14).set_total_len(36);
     UdpRef(f.data() + 34).set_length(16);
+    reseal_ip(f);
     CHECK(parse_frame(f, p) == ParseError::truncated_bth);
   }
   {
@@ -293,7 +312,7 @@ TEST_CASE("names of opcodes, reasons and errors") {
   CHECK(nack_reason_name(0x0B) == "psn_oor_window");
   CHECK(nack_reason_from_name("trimmed_lasthop") == 0x02);
   CHECK(parse_error_name(ParseError::bad_icrc) == "bad_icrc");
-  CHECK(kParseErrorCount == 20);
+  CHECK(kParseErrorCount == 21);
 }
 
 TEST_CASE("FrameTemplate stamps the same bytes as begin_frame") {

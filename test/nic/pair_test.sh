@@ -1,0 +1,198 @@
+#!/bin/bash
+# Two MRC devices moving a workload, checked end to end.
+#   pair_test.sh MRC_NIC CASE WORKDIR
+# CASE:
+#   memif            two processes, 4 memif planes, 256 MiB of WRITEs
+#   memif-drop       the same with 1 % egress drop on every plane of both
+#   memif-plane-down the same, one plane silently failed mid-transfer; its EVs
+#                    must read ASSUMED_BAD in telemetry (dpdk-telemetry.py)
+#   rings            one process, two devices over rte_eth_from_rings pairs,
+#                    WRITE_IMM, each device on its own lcore
+#   rings-steer      one process, two lcores per device on single-queue ports:
+#                    frames are steered to the QP's lcore through rte_rings
+set -euo pipefail
+
+nic=$1
+case_name=$2
+work=$3
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+py=/usr/bin/python3
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+
+# Checks a JSON summary: the workload moved everything, intact.
+check_json() { # file role bytes
+  $py - "$@" <<'EOF'
+import json, sys
+path, role, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
+j = json.load(open(path))
+w = j["workload"]
+bad = []
+if not w["integrity_ok"]: bad.append("integrity_ok is false")
+if not w["completions_ok"]: bad.append("completions_ok is false")
+if w["errors"]: bad.append(f"{w['errors']} error completions ({w.get('first_error')})")
+if w["bytes"] != want: bad.append(f"moved {w['bytes']} bytes, expected {want}")
+if w["slots_checked"] == 0: bad.append("the responder checked nothing")
+print(f"{role}: {w['bytes']} B in {w['seconds']:.3f} s = {w['goodput_gbps']:.2f} Gb/s, "
+      f"slots checked {w['slots_checked']}, retransmits "
+      + ", ".join(f"{d}={v['retransmits']}" for d, v in j["devices"].items()))
+if bad:
+    print(f"{role}: " + "; ".join(bad))
+    sys.exit(1)
+EOF
+}
+
+eal_common=(--no-huge -m 1024 --no-pci --log-level='*:warning')
+bytes=$((256 << 20))
+
+free_port() {
+  $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+memif_pair() { # extra client args...
+  local port prefix planes_s=() planes_c=() vdev_s=() vdev_c=()
+  port=$(free_port)
+  prefix="mrcnic$$"
+  for p in 0 1 2 3; do
+    vdev_s+=(--vdev "net_memif$p,role=server,id=$p,socket=$work/memif.sock,socket-abstract=no,bsize=8192")
+    vdev_c+=(--vdev "net_memif$p,role=client,id=$p,socket=$work/memif.sock,socket-abstract=no,bsize=8192")
+    planes_s+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
+    planes_c+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
+  done
+  rm -f "$work/memif.sock" "$work/server.json" "$work/client.json"
+  # Each worker on its own CPU: the server's lcore 1 on CPU 1, the client's on CPU 0.
+  timeout 120 "$nic" "${eal_common[@]}" --file-prefix "${prefix}s" -l 0,1 "${vdev_s[@]}" -- \
+    --device mrc1 "${planes_s[@]}" "${server_extra[@]}" --workload write --wl-listen "$port" \
+    >"$work/server.json" 2>"$work/server.log" &
+  pids+=($!)
+  local server=$!
+  # A memif client only connects to a socket that exists.
+  for _ in $(seq 1 200); do
+    [ -S "$work/memif.sock" ] && break
+    sleep 0.05
+  done
+  timeout 120 "$nic" "${eal_common[@]}" --file-prefix "${prefix}c" --lcores '0@1,1@0' "${vdev_c[@]}" -- \
+    --device mrc0 "${planes_c[@]}" --workload write --wl-connect "127.0.0.1:$port" --wl-bytes "$bytes" \
+    --wl-size 1M --wl-qps 4 "$@" >"$work/client.json" 2>"$work/client.log" &
+  pids+=($!)
+  client_pid=$!
+  client_prefix="${prefix}c"
+  server_pid=$server
+}
+
+wait_ok() { # pid name
+  local rc=0
+  wait "$1" || rc=$?
+  [ $rc -eq 0 ] || { tail -n 20 "$work/$2.log" >&2; fail "$2 exited with $rc"; }
+}
+
+server_extra=()
+case $case_name in
+  memif)
+    memif_pair
+    wait_ok "$client_pid" client
+    wait_ok "$server_pid" server
+    check_json "$work/client.json" requester "$bytes"
+    check_json "$work/server.json" responder "$bytes"
+    ;;
+  memif-drop)
+    server_extra=(--fault "* drop=0.01")
+    memif_pair --fault "* drop=0.01"
+    wait_ok "$client_pid" client
+    wait_ok "$server_pid" server
+    check_json "$work/client.json" requester "$bytes"
+    check_json "$work/server.json" responder "$bytes"
+    # The faults really dropped frames, on both sides.
+    $py - "$work/client.json" "$work/server.json" <<'EOF'
+import json, sys
+for path in sys.argv[1:]:
+    for dev, d in json.load(open(path))["devices"].items():
+        sent = d["counters"].get("nic_tx_frames", 0)
+        dropped = d["counters"].get("nic_tx_drop_fault", 0)
+        print(f"{dev}: {dropped} of {sent + dropped} frames dropped by injection")
+        if not 0.005 < dropped / max(1, sent + dropped) < 0.02:
+            sys.exit(f"{dev}: drop ratio outside 0.5-2 %")
+EOF
+    ;;
+  memif-plane-down)
+    memif_pair --link-event "mrc0:1 down at-ms=20" --linger 10
+    # Once the client has printed its summary it lingers: ask its telemetry.
+    for _ in $(seq 1 600); do
+      [ -s "$work/client.json" ] && break
+      kill -0 "$client_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    [ -s "$work/client.json" ] || fail "the client printed no summary"
+    echo /mrc/planes | timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$client_prefix" >"$work/planes.json" 2>&1 ||
+      { cat "$work/planes.json" >&2; fail "dpdk-telemetry.py failed"; }
+    kill -INT "$client_pid"
+    wait_ok "$client_pid" client
+    wait_ok "$server_pid" server
+    check_json "$work/client.json" requester "$bytes"
+    check_json "$work/server.json" responder "$bytes"
+    $py - "$work/planes.json" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read()
+t = json.loads(text[text.index("{"):text.rindex("}") + 1])["/mrc/planes"]
+cols = t["columns"]
+def col(row, name): return t[row][cols.index(name)]
+for p in range(4):
+    row = f"mrc0_{p}"
+    print(f"plane {p}: link_up={col(row, 'link_up')} GOOD={col(row, 'evs_GOOD')} "
+          f"ASSUMED_BAD={col(row, 'evs_ASSUMED_BAD')} tx_frames={col(row, 'tx_frames')}")
+bad = []
+if col("mrc0_1", "link_up") != 0: bad.append("plane 1 is not down")
+if col("mrc0_1", "evs_ASSUMED_BAD") == 0 or col("mrc0_1", "evs_GOOD") != 0:
+    bad.append("plane 1's EVs are not all ASSUMED_BAD")
+for p in (0, 2, 3):
+    if col(f"mrc0_{p}", "evs_GOOD") == 0: bad.append(f"plane {p} has no GOOD EV")
+if bad: sys.exit("; ".join(bad))
+EOF
+    ;;
+  rings | rings-steer)
+    args=(--device mrc0 --device mrc1 --mtu 4096)
+    for p in 0 1 2 3; do
+      args+=(--ring-pair "a$p:b$p" --plane "mrc0 port=a$p ip=10.0.$p.1" --plane "mrc1 port=b$p ip=10.0.$p.2")
+    done
+    if [ "$case_name" = rings ]; then
+      eal=(--lcores '0@0,1@1,2@0')
+      args+=(--lcores mrc0=1 --lcores mrc1=2 --workload write_imm --wl-qps 4 --wl-size 256k)
+    else
+      bytes=$((64 << 20))
+      eal=(--lcores '0@0,1@1,2@0,3@1,4@0')
+      args+=(--lcores mrc0=1,2 --lcores mrc1=3,4 --workload write_imm --wl-qps 8 --wl-size 64k)
+    fi
+    timeout 120 "$nic" "${eal_common[@]}" --no-shconf "${eal[@]}" -- "${args[@]}" \
+      --wl-from mrc0 --wl-to mrc1 --wl-bytes "$bytes" >"$work/rings.json" 2>"$work/rings.log" &
+    pids+=($!)
+    wait_ok $! rings
+    check_json "$work/rings.json" "one process" "$bytes"
+    $py - "$work/rings.json" "$case_name" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+w = j["workload"]
+if w["imm_received"] != w["messages"]:
+    sys.exit(f"{w['imm_received']} immediates for {w['messages']} messages")
+if sys.argv[2] == "rings-steer":
+    # Single-queue ports: lcore 2 of each device only gets frames by steering.
+    for dev, d in j["devices"].items():
+        c = d["counters"]
+        print(f"{dev}: steered out {c.get('nic_rx_steered_out', 0)}, in {c.get('nic_rx_steered_in', 0)}")
+        if c.get("nic_rx_steered_in", 0) == 0 or c.get("nic_rx_steered_in") != c.get("nic_rx_steered_out"):
+            sys.exit(f"{dev}: steering did not carry frames between lcores")
+EOF
+    ;;
+  *)
+    fail "unknown case $case_name"
+    ;;
+esac
+echo "PASS: $case_name"
