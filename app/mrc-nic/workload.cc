@@ -107,6 +107,7 @@ struct Target {  // one responder QP
   uint64_t imm_received = 0;
   bool imm_in_order = true;
   uint64_t slots_checked = 0, slots_bad = 0;
+  std::string first_bad;
 };
 
 struct Workload::Impl {
@@ -219,7 +220,19 @@ struct Workload::Impl {
   void check_slot(Target& t, uint64_t i) {
     const uint32_t pattern = static_cast<uint32_t>((i + t.index) % K);
     ++t.slots_checked;
-    if (std::memcmp(slot(t, i), src_pattern(pattern), wl.size) != 0) ++t.slots_bad;
+    const uint8_t* got = slot(t, i);
+    if (std::memcmp(got, src_pattern(pattern), wl.size) == 0) return;
+    if (t.slots_bad++ == 0) {
+      // Say what is there instead: an older message, a mix, or nothing.
+      uint64_t first_diff = 0;
+      while (got[first_diff] == src_pattern(pattern)[first_diff]) ++first_diff;
+      int holds = -1;
+      for (uint32_t p = 0; p < K && holds < 0; ++p)
+        if (std::memcmp(got, src_pattern(p), wl.size) == 0) holds = int(p);
+      t.first_bad = fmt::format("QP {} message {} (slot {}): first wrong byte at {}, slot holds {}", t.index, i,
+                                i % wl.depth, first_diff,
+                                holds >= 0 ? fmt::format("pattern {} (expected {})", holds, pattern) : "a mix");
+    }
   }
   // The responder keeps its own copy of the patterns to compare with.
   std::vector<uint8_t> patterns;
@@ -459,6 +472,7 @@ struct Workload::Impl {
       uint64_t checked = 0, bad = 0, got = 0;
       bool in_order = true;
       t.shard->call([&] {
+        if (r.first_error.empty()) r.first_error = t.first_bad;
         checked = t.slots_checked;
         bad = t.slots_bad;
         got = t.imm_received;
@@ -572,6 +586,7 @@ WorkloadResult Workload::finish() {
     }
   } else {
     const WorkloadResult v = I.responder_result(counts);
+    r.first_error = v.first_error;
     r.integrity_ok = v.integrity_ok;
     r.completions_ok = v.completions_ok;
     r.slots_checked = v.slots_checked;
@@ -583,6 +598,7 @@ WorkloadResult Workload::finish() {
     r.integrity_ok = false;
     r.first_error = I.first_error;
   }
+  if (!r.integrity_ok && r.first_error.empty()) r.first_error = "the responder checked nothing";
   if (!I.imm) r.completions_ok = r.errors == 0;
   r.size = I.wl.size;
   r.qps = I.wl.qps;

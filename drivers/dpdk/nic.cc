@@ -17,6 +17,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <unistd.h>
+
 #include "nic/linklayer.h"
 #include "pcap/pcap_file.h"
 #include "wire/bytes.h"
@@ -349,6 +351,9 @@ struct Shard::Impl final : engine::Env {
     s.ctr_.inc(ShardCtr::rx_to_engine);
     s.eng_->on_rx(plane, {rte_pktmbuf_mtod(m, const uint8_t*), m->data_len}, now);
     rte_pktmbuf_free(m);
+    // The app sees a completion before any later frame can touch the same
+    // memory (a peer may reuse a buffer as soon as it is acknowledged).
+    if (!completions.empty()) drain_completions();
   }
 
   void send_raw(uint32_t plane, std::span<const uint8_t> frame) {
@@ -645,6 +650,12 @@ std::string port_setup(uint16_t port, uint16_t queues, uint32_t frame_bytes, rte
     rc = rte_eth_macaddr_get(port, &a);
     if (rc) return fmt::format("MAC address: {}", rte_strerror(-rc));
     for (uint8_t b : a.addr_bytes) mac = (mac << 8) | b;
+    if (mac == 0) {
+      // Ring ports have none: a locally administered one, unique per process.
+      mac = 0x020000000000ull | (uint64_t(getpid() & 0xFFFF) << 16) | port;
+      for (int i = 0; i < 6; ++i) a.addr_bytes[i] = static_cast<uint8_t>(mac >> (40 - 8 * i));
+      rte_eth_dev_default_mac_addr_set(port, &a);
+    }
   }
   rc = rte_eth_dev_start(port);
   if (rc < 0) return fmt::format("start: {}", rte_strerror(-rc));

@@ -167,7 +167,7 @@ EOF
       eal=(--lcores '0@0,1@1,2@0')
       args+=(--lcores mrc0=1 --lcores mrc1=2 --workload write_imm --wl-qps 4 --wl-size 256k)
     else
-      bytes=$((64 << 20))
+      bytes=$((16 << 20))
       eal=(--lcores '0@0,1@1,2@0,3@1,4@0')
       args+=(--lcores mrc0=1,2 --lcores mrc1=3,4 --workload write_imm --wl-qps 8 --wl-size 64k)
     fi
@@ -187,7 +187,8 @@ if sys.argv[2] == "rings-steer":
     for dev, d in j["devices"].items():
         c = d["counters"]
         print(f"{dev}: steered out {c.get('nic_rx_steered_out', 0)}, in {c.get('nic_rx_steered_in', 0)}")
-        if c.get("nic_rx_steered_in", 0) == 0 or c.get("nic_rx_steered_in") != c.get("nic_rx_steered_out"):
+        # Frames still queued when the workers stop are never taken in.
+        if not 0 < c.get("nic_rx_steered_in", 0) <= c.get("nic_rx_steered_out", 0):
             sys.exit(f"{dev}: steering did not carry frames between lcores")
 EOF
     ;;
