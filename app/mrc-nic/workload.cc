@@ -229,9 +229,9 @@ struct Workload::Impl {
       int holds = -1;
       for (uint32_t p = 0; p < K && holds < 0; ++p)
         if (std::memcmp(got, src_pattern(p), wl.size) == 0) holds = int(p);
-      t.first_bad = fmt::format("QP {} message {} (slot {}): first wrong byte at {}, slot holds {}", t.index, i,
-                                i % wl.depth, first_diff,
-                                holds >= 0 ? fmt::format("pattern {} (expected {})", holds, pattern) : "a mix");
+      t.first_bad =
+          fmt::format("QP {} message {} (slot {}): first wrong byte at {}, slot holds {}", t.index, i, i % wl.depth,
+                      first_diff, holds >= 0 ? fmt::format("pattern {} (expected {})", holds, pattern) : "a mix");
     }
   }
   // The responder keeps its own copy of the patterns to compare with.

@@ -160,6 +160,29 @@ int cmd_plane(const char*, const char* params, rte_tel_data* out) {
   return 0;
 }
 
+// /mrc/link,DEV:PLANE,up|down: fail or restore a plane's link on command
+// (silently, as the --link-event schedule does).
+int cmd_link(const char*, const char* params, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_nic) return -ENODEV;
+  std::string_view p(params ? params : "");
+  const auto colon = p.find(':'), comma = p.find(',');
+  if (colon == std::string_view::npos || comma == std::string_view::npos || comma < colon) return -EINVAL;
+  Device* d = g_nic->find_device(std::string(p.substr(0, colon)));
+  const auto num = p.substr(colon + 1, comma - colon - 1), what = p.substr(comma + 1);
+  uint32_t plane = 0;
+  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), plane);
+  if (!d || ec != std::errc() || end != num.data() + num.size() || plane >= d->num_planes() ||
+      (what != "up" && what != "down"))
+    return -EINVAL;
+  d->set_link(plane, what == "up", false);
+  rte_tel_data_start_dict(out);
+  rte_tel_data_add_dict_string(out, "device", d->name().c_str());
+  rte_tel_data_add_dict_u64(out, "plane", plane);
+  rte_tel_data_add_dict_string(out, "link", d->link_up(plane) ? "up" : "down");
+  return 0;
+}
+
 int cmd_qps(const char*, const char*, rte_tel_data* out) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_nic) return -ENODEV;
@@ -275,6 +298,7 @@ std::string register_telemetry(Nic& nic) {
       {"/mrc/devices", cmd_devices, "MRC devices. No parameters"},
       {"/mrc/planes", cmd_planes, "Planes of every device (rows DEV_P): link, faults, counters, EV states"},
       {"/mrc/plane", cmd_plane, "One plane with its port and addresses. Parameters: DEV:PLANE"},
+      {"/mrc/link", cmd_link, "Fail or restore a plane's link. Parameters: DEV:PLANE,up|down"},
       {"/mrc/qps", cmd_qps, "QPNs per device. No parameters"},
       {"/mrc/qp", cmd_qp, "One QP's state and counters. Parameters: QPN or DEV:QPN"},
       {"/mrc/evs", cmd_evs, "A QP's EVs, 64 per page. Parameters: QPN[,FIRST] or DEV:QPN[,FIRST]"},

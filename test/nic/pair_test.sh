@@ -6,6 +6,8 @@
 #   memif-drop       the same with 1 % egress drop on every plane of both
 #   memif-plane-down the same, one plane silently failed mid-transfer; its EVs
 #                    must read ASSUMED_BAD in telemetry (dpdk-telemetry.py)
+#   memif-peer-dies  the responder is killed mid-transfer: the requester must
+#                    not crash; its QPs time out into ERROR and it reports so
 #   rings            one process, two devices over rte_eth_from_rings pairs,
 #                    WRITE_IMM, each device on its own lcore
 #   rings-steer      one process, two lcores per device on single-queue ports:
@@ -19,8 +21,12 @@ mkdir -p "$work"
 work=$(cd "$work" && pwd)
 py=/usr/bin/python3
 pids=()
+# Each pid is a `timeout`; the NIC is its child.
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    pkill -KILL -P "$p" 2>/dev/null || true
+    kill -KILL "$p" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT
 
@@ -134,7 +140,7 @@ EOF
     [ -s "$work/client.json" ] || fail "the client printed no summary"
     echo /mrc/planes | timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$client_prefix" >"$work/planes.json" 2>&1 ||
       { cat "$work/planes.json" >&2; fail "dpdk-telemetry.py failed"; }
-    kill -INT "$client_pid"
+    pkill -INT -P "$client_pid"
     wait_ok "$client_pid" client
     wait_ok "$server_pid" server
     check_json "$work/client.json" requester "$bytes"
@@ -156,6 +162,26 @@ if col("mrc0_1", "evs_ASSUMED_BAD") == 0 or col("mrc0_1", "evs_GOOD") != 0:
 for p in (0, 2, 3):
     if col(f"mrc0_{p}", "evs_GOOD") == 0: bad.append(f"plane {p} has no GOOD EV")
 if bad: sys.exit("; ".join(bad))
+EOF
+    ;;
+  memif-peer-dies)
+    bytes=0
+    memif_pair --wl-seconds 20
+    sleep 2
+    pkill -KILL -P "$server_pid"
+    rc=0
+    wait "$client_pid" || rc=$?
+    grep -v "EV event" "$work/client.log" | tail -n 5
+    # 3: the workload failed (as it must); anything else is a crash or a hang.
+    [ $rc -eq 3 ] || fail "the requester exited with $rc, expected 3 (workload failed, no crash)"
+    $py - "$work/client.json" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+w, c = j["workload"], j["devices"]["mrc0"]["counters"]
+print(f"requester: {w['bytes']} B before the peer died, {w['errors']} error completions, "
+      f"retry_exceeded={c.get('qp_retry_exceeded', 0)}, first error: {w.get('first_error')}")
+if w["integrity_ok"] or w["errors"] == 0 or c.get("qp_retry_exceeded", 0) == 0:
+    sys.exit("the QPs did not time out into ERROR")
 EOF
     ;;
   rings | rings-steer)

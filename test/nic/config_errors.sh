@@ -1,0 +1,52 @@
+#!/bin/bash
+# Bad configuration: one clear error that names the key, and a non-zero exit.
+#   config_errors.sh MRC_NIC WORKDIR
+set -uo pipefail
+nic=$1
+work=$2
+mkdir -p "$work"
+eal=(--no-huge -m 256 --no-shconf --no-pci -l 0,1 --vdev net_ring0 --log-level='*:error')
+good=(--device mrc0 --plane "mrc0 port=net_ring0 ip=10.0.0.1")
+failures=0
+
+expect() { # want_in_message args...
+  local want=$1
+  shift
+  local out rc=0
+  out=$(timeout 20 "$nic" "${eal[@]}" -- "$@" 2>&1 >/dev/null) || rc=$?
+  if [ $rc -eq 0 ] || ! grep -qF -- "$want" <<<"$out"; then
+    echo "FAIL: $* -> rc=$rc, wanted an error naming '$want', got: $(tail -n 2 <<<"$out")"
+    failures=$((failures + 1))
+  else
+    echo "ok: '$want' -> rc=$rc: $(grep -F -- "$want" <<<"$out" | head -n 1)"
+  fi
+}
+
+expect "--plane" --device mrc0 --plane "mrc0 port=net_nope ip=10.0.0.1"
+expect "--plane" --device mrc0 --plane "mrc0 port=net_ring0 ip=10.0.0.300"
+expect "--plane" --device mrc0 --plane "mrc0 port=net_ring0 ip=10.0.0.1 mac=zz:00:00:00:00:01"
+expect "--plane" --device mrc0 --plane "mrc9 port=net_ring0 ip=10.0.0.1"
+expect "--plane" --device mrc0
+expect "--device" --device "bad-name" --plane "bad-name port=net_ring0 ip=10.0.0.1"
+expect "--ev-values" "${good[@]}" --ev-values 70000
+expect "--ev-values" "${good[@]}" --ev-values 9-3
+expect "--fault" "${good[@]}" --fault "mrc0 drop=2"
+expect "--fault" "${good[@]}" --fault "mrc0:7 drop=0.1"
+expect "--link-event" "${good[@]}" --link-event "mrc0:0 sideways at-ms=1"
+expect "--lcores" "${good[@]}" --lcores "mrc0=0"
+expect "--lcores" "${good[@]}" --lcores "mrc0=5"
+expect "--mtu" "${good[@]}" --mtu 1000
+expect "--timeout" "${good[@]}" --timeout 40
+expect "--workload" "${good[@]}" --workload write
+expect "--wl-from" "${good[@]}" --workload write --wl-from mrc0 --wl-to mrc0 --wl-bytes 1M
+printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nmtu = 4096\nno-such-key = 1\n' >"$work/bad.conf"
+expect "no-such-key" --config "$work/bad.conf"
+printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nretry-exp = 26\n' >"$work/bad2.conf"
+expect "retry-exp" --config "$work/bad2.conf"
+
+# And a good configuration starts and stops cleanly.
+if ! "$nic" "${eal[@]}" -- "${good[@]}" --duration 0.2 --link-wait 0 >/dev/null 2>"$work/good.log"; then
+  echo "FAIL: a good configuration did not run: $(tail -n 3 "$work/good.log")"
+  failures=$((failures + 1))
+fi
+[ $failures -eq 0 ] && echo "PASS: every bad configuration named its key" || exit 1
