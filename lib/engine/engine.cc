@@ -234,7 +234,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
     qp.attr.retry_exp = a.retry_exp;
     qp.attr.mpr = a.mpr;
     qp.attr.max_wimm = a.max_wimm;
-    qp.snd_una = qp.snd_nxt = qp.attr.sq_psn;
+    qp.snd_una = qp.snd_nxt = qp.psn_tail = qp.attr.sq_psn;
     qp.window_psns = a.mpr * kMprUnitPsns;
     const uint32_t slots = std::bit_ceil(qp.window_psns);
     qp.win.assign(slots, TxPkt{});

@@ -478,3 +478,66 @@ TEST_CASE("forged frames with valid ICRCs, aimed at live QPs, never crash the en
   for (const auto& c : p.net.completions(0)) CHECK(ids.insert(c.wr_id).second);
   CHECK(ids.size() == 8);
 }
+
+// A requester may reuse a buffer as soon as its WRITE completes (RDMA
+// applications do, with their own credits). So when the responder delivers
+// a WRITE_IMM, its message's bytes must all be in place and nothing later may
+// have reached the same buffer yet. Slots are reused every `depth` messages;
+// each message carries a pattern its index implies. Reordering makes RACK
+// retransmit spuriously, which is where such a race would hide. The first
+// PSN is not zero: a requester that numbered WQEs from zero regardless once
+// completed them as soon as they were sent.
+TEST_CASE("a WRITE_IMM completion sees its own bytes even when buffers are reused at once") {
+  constexpr uint32_t kSize = 64 * 1024, kDepth = 8, kPatterns = kDepth + 1, kMessages = 400;
+  for (uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u}) {
+    auto cfg = basic();
+    cfg.seed = seed;
+    cfg.link.reorder_prob = 0.3;
+    cfg.link.reorder_max_ns = seed > 3 ? 300000 : 30000;  // the later seeds also fire spurious timeouts
+    cfg.link.loss = 0.002;
+    cfg.link.duplicate = 0.01;
+    QpAttr attr;
+    attr.sq_psn = (0xFFFFF0u + uint32_t(seed) * 7919u) & 0xFFFFFF;  // non-zero, and wrapping for some seeds
+    attr.timeout = seed > 3 ? 6 : 8;
+    attr.retry_exp = 25;
+    Pair p(cfg, attr);
+    REQUIRE(p.src.size() >= kPatterns * kSize);
+    REQUIRE(p.dst.size() >= kDepth * kSize);
+    for (uint32_t i = 0; i < kPatterns * kSize; ++i) p.src[i] = static_cast<uint8_t>((i / kSize) * 29 + (i % 251));
+    uint64_t posted = 0, completed = 0, imms = 0, bad = 0, first_bad = UINT64_MAX;
+    auto post = [&] {
+      while (posted < kMessages && posted - completed < kDepth) {
+        const uint64_t i = posted++;  // post_send may complete others and re-enter
+        SendWr w = p.write(i, kSize, 0);
+        w.opcode = WrOpcode::rdma_write_with_imm;
+        w.local_addr = 0x1000 + (i % kPatterns) * kSize;
+        w.remote_addr = 0x900000 + (i % kDepth) * kSize;
+        w.imm = static_cast<uint32_t>(i);
+        REQUIRE(p.net.post_send(0, p.qp.qpn_a, w) == 0);
+      }
+    };
+    for (uint32_t i = 0; i < 64; ++i) REQUIRE(p.net.engine(1).post_recv(p.qp.qpn_b, RecvWr{i}) == 0);
+    p.net.set_completion_hook([&](uint32_t host, const Completion& c) {
+      if (host == 0) {
+        REQUIRE(c.status == WcStatus::success);
+        REQUIRE(c.wr_id == completed);  // in order, once each
+        ++completed;
+        post();
+        return;
+      }
+      REQUIRE(c.imm == imms);
+      REQUIRE(c.has_imm);
+      const uint64_t i = c.imm;
+      const uint8_t* got = p.dst.data() + (i % kDepth) * kSize;
+      if (std::memcmp(got, p.src.data() + (i % kPatterns) * kSize, kSize) != 0 && bad++ == 0) first_bad = i;
+      ++imms;
+      REQUIRE(p.net.engine(1).post_recv(p.qp.qpn_b, RecvWr{i}) == 0);
+    });
+    post();
+    p.net.run_until_idle(2'000'000'000);
+    INFO("seed " << seed << ": first message whose slot was wrong at its completion: " << first_bad);
+    CHECK(completed == kMessages);
+    CHECK(imms == kMessages);
+    CHECK(bad == 0);
+  }
+}
