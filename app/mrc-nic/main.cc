@@ -293,7 +293,9 @@ int run(int argc, char** argv) {
   bool stopped_posting = false;
   double drain_deadline = 0;
   for (;;) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    // The control thread may share a CPU with a worker (2-CPU machines), so
+    // it wakes seldom and reads only what the workers publish.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double t = elapsed();
     links.run(t);
     if (o.stats_interval > 0 && t >= next_row) {

@@ -98,6 +98,7 @@ struct Flow {  // one requester QP
   uint64_t messages = 0;  // to send (UINT64_MAX: until stopped)
   uint64_t posted = 0, completed = 0;
   uint64_t remote_base = 0;  // this QP's first slot
+  bool finished = false;
 };
 
 struct Target {  // one responder QP
@@ -135,6 +136,9 @@ struct Workload::Impl {
   bool remote_done = false;
   std::vector<uint64_t> remote_counts;
   Nanos t_start = 0;
+  // Kept by the workers, read by the control thread without disturbing them.
+  std::atomic<uint32_t> flows_finished{0};
+  std::atomic<Nanos> t_last_completion{0};
 
   struct RequesterApp : dp::ShardApp {
     Impl& w;
@@ -159,16 +163,23 @@ struct Workload::Impl {
         }
       }
     }
-    void on_completion(dp::Shard&, const engine::Completion& c, Nanos) override {
+    void on_completion(dp::Shard&, const engine::Completion& c, Nanos now) override {
       for (Flow* f : mine) {
         if (f->qpn != c.qpn) continue;
+        if (c.wr_id != f->completed && w.errors.fetch_add(1) == 0)
+          w.first_error = fmt::format("QP {} completed WR {} when WR {} was next", c.qpn, c.wr_id, f->completed);
         ++f->completed;
+        w.t_last_completion.store(now, std::memory_order_relaxed);
         if (c.status == engine::WcStatus::success) {
           w.bytes_done.fetch_add(c.byte_len, std::memory_order_relaxed);
         } else {
           if (w.errors.fetch_add(1) == 0)
             w.first_error = fmt::format("QP {} message {}: {}", c.qpn, c.wr_id, engine::wc_status_name(c.status));
           f->messages = f->posted;  // a QP in ERROR flushes the rest
+        }
+        if (f->completed == f->messages && !f->finished) {
+          f->finished = true;
+          w.flows_finished.fetch_add(1, std::memory_order_release);
         }
         return;
       }
@@ -229,9 +240,17 @@ struct Workload::Impl {
       int holds = -1;
       for (uint32_t p = 0; p < K && holds < 0; ++p)
         if (std::memcmp(got, src_pattern(p), wl.size) == 0) holds = int(p);
-      t.first_bad =
-          fmt::format("QP {} message {} (slot {}): first wrong byte at {}, slot holds {}", t.index, i, i % wl.depth,
-                      first_diff, holds >= 0 ? fmt::format("pattern {} (expected {})", holds, pattern) : "a mix");
+      std::string chunks;
+      for (uint64_t off = 0; off < wl.size; off += 4096) {
+        int cp = -1;
+        for (uint32_t p = 0; p < K && cp < 0; ++p)
+          if (std::memcmp(got + off, src_pattern(p) + off, std::min<uint64_t>(4096, wl.size - off)) == 0) cp = int(p);
+        chunks += fmt::format("{} ", cp);
+      }
+      t.first_bad = fmt::format(
+          "QP {} message {} (slot {}): first wrong byte at {}, slot holds {} [{}] next_imm {} recv {}", t.index, i,
+          i % wl.depth, first_diff, holds >= 0 ? fmt::format("pattern {} (expected {})", holds, pattern) : "a mix",
+          chunks, t.next_imm, t.imm_received);
     }
   }
   // The responder keeps its own copy of the patterns to compare with.
@@ -533,19 +552,19 @@ bool Workload::done() {
     if (!recv_all(I.peer_fd, I.remote_counts.data(), d.qps * sizeof(uint64_t))) I.remote_counts.clear();
     return true;
   }
-  if (!I.posting.load()) return false;
-  bool all = true;
-  for (auto& f : I.flows) {
-    bool fin = false;
-    f.shard->call([&] { fin = f.posted == f.messages && f.completed == f.posted; });
-    all = all && fin;
-  }
-  return all;
+  return I.posting.load() && I.flows_finished.load(std::memory_order_acquire) == I.flows.size();
 }
 
 void Workload::stop_posting() {
   auto& I = *impl_;
-  for (auto& f : I.flows) f.shard->call([&] { f.messages = f.posted; });
+  for (auto& f : I.flows)
+    f.shard->call([&] {
+      f.messages = f.posted;
+      if (f.completed == f.messages && !f.finished) {
+        f.finished = true;
+        I.flows_finished.fetch_add(1, std::memory_order_release);
+      }
+    });
 }
 
 uint64_t Workload::bytes_completed() const { return impl_->bytes_done.load(std::memory_order_relaxed); }
@@ -553,7 +572,10 @@ uint64_t Workload::bytes_completed() const { return impl_->bytes_done.load(std::
 WorkloadResult Workload::finish() {
   auto& I = *impl_;
   WorkloadResult r;
-  const Nanos t_end = I.nic.now();
+  // The requester's clock stops at its last completion, not when the
+  // control thread noticed.
+  const Nanos last = I.t_last_completion.load();
+  const Nanos t_end = !I.wl.listen && last > I.t_start ? last : I.nic.now();
   r.seconds = double(t_end - I.t_start) / 1e9;
   std::vector<uint64_t> counts;
   for (auto& f : I.flows) {
