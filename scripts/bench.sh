@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints the figures recorded in BENCHMARKS.md.
-# usage: scripts/bench.sh [wire|engine]
+# usage: scripts/bench.sh [wire|engine|nic]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build >/dev/null
@@ -20,6 +20,10 @@ case "$what" in
     echo
     echo "== protocol engine, 1 KB MTU"
     build/test/engine-bench --packets 1000000 --mtu 1024
+    ;;
+  nic)
+    echo "== mrc-nic over memif against dpdk-testpmd on the same vdev, one core per side"
+    scripts/bench-nic.sh --seconds 5 --rounds 3
     ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;
 esac

@@ -119,11 +119,16 @@ struct Shard::Impl final : engine::Env {
   // Ports whose PMD unmaps its rings from another thread when the peer goes
   // away (memif): touched only while their link reads up.
   std::array<bool, engine::kMaxPlanes> gate_on_link{};
-  bool port_usable(uint32_t plane) const {
-    if (!gate_on_link[plane]) return true;
-    rte_eth_link link;
-    return rte_eth_link_get_nowait(tx[plane].port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+  // Refreshed once per loop iteration, just before the bursts.
+  std::array<bool, engine::kMaxPlanes> usable{};
+  void refresh_usable(uint32_t planes) {
+    for (uint32_t p = 0; p < planes; ++p) {
+      rte_eth_link link;
+      usable[p] =
+          !gate_on_link[p] || (rte_eth_link_get_nowait(tx[p].port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP);
+    }
   }
+  bool port_usable(uint32_t plane) const { return usable[plane]; }
   std::vector<RxQueue> rxq;
   struct Handoff {
     uint32_t plane;
@@ -425,6 +430,7 @@ unsigned Shard::run_once(Nanos now) {
   I.now = now;
   serve_mailbox();
   I.now = now;
+  I.refresh_usable(dev_.num_planes());
   unsigned work = 0;
   std::array<rte_mbuf*, kRxBurst> burst;
   if (I.steer) {
@@ -462,6 +468,7 @@ unsigned Shard::run_once(Nanos now) {
 void Shard::flush_all(Nanos now) {
   Impl& I = *impl_;
   I.now = now;
+  I.refresh_usable(dev_.num_planes());
   for (uint32_t p = 0; p < dev_.num_planes(); ++p) {
     auto& t = I.tx[p];
     while (t.delay_len) {

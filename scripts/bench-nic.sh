@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# mrc-nic against the memif baseline, measured in the same run, one worker
+# core per side (each side on its own CPU):
+#   1. dpdk-testpmd txonly -> rxonly over net_memif, 4 KB frames (the baseline)
+#   2. mrc-nic workload, 4 KB MTU WRITEs over 1 memif plane (the same vdev and
+#      frame size as the baseline), then over 4 planes
+#   3. mrc-nic, 64 B WRITEs: the small-message rate
+# Prints one JSON line per measurement, then a summary with the ratios.
+# usage: scripts/bench-nic.sh [--seconds N] [--rounds N]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=5 rounds=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --seconds) seconds=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+[ -f build/build.ninja ] || meson setup build >/dev/null
+ninja -C build >/dev/null
+nic=build/app/mrc-nic
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do pkill -KILL -P "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# One mrc-nic pair over memif: the responder's worker on CPU 1, the
+# requester's on CPU 0 (its control thread sleeps on CPU 1).
+nic_pair() { # label planes requester-args...
+  local label=$1 planes=$2
+  shift 2
+  local port vs=() vc=() ps=() pc=()
+  port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  rm -f "$work/m.sock"
+  for ((p = 0; p < planes; ++p)); do
+    vs+=(--vdev "net_memif$p,role=server,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192")
+    vc+=(--vdev "net_memif$p,role=client,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192")
+    ps+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
+    pc+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
+  done
+  local eal=(--no-huge -m 1024 --no-pci --no-shconf --log-level='*:error')
+  timeout 120 "$nic" "${eal[@]}" -l 0,1 "${vs[@]}" -- --device mrc1 "${ps[@]}" --telemetry false \
+    --workload write --wl-listen "$port" >"$work/s.json" 2>"$work/s.log" &
+  pids+=($!)
+  for _ in $(seq 1 100); do [ -S "$work/m.sock" ] && break; sleep 0.05; done
+  timeout 120 "$nic" "${eal[@]}" --lcores '0@1,1@0' "${vc[@]}" -- --device mrc0 "${pc[@]}" --telemetry false \
+    --workload write --wl-connect "127.0.0.1:$port" --wl-seconds "$seconds" "$@" >"$work/c.json" 2>"$work/c.log" || true
+  wait "${pids[-1]}" 2>/dev/null || true
+  /usr/bin/python3 - "$work/c.json" "$label" <<'EOF'
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+except Exception:
+    print(json.dumps({"tool": "mrc-nic", "label": sys.argv[2], "error": "no summary"}))
+    sys.exit(0)
+w = j["workload"]
+d = j["devices"]["mrc0"]
+data_pkts = d["counters"].get("qp_tx_data_pkts", 0)
+print(json.dumps({"tool": "mrc-nic", "label": sys.argv[2], "size": w["size"], "qps": w["qps"],
+                  "depth": w["depth"], "seconds": round(w["seconds"], 3),
+                  "goodput_gbps": round(w["goodput_gbps"], 2), "mops": round(w["mops"], 3),
+                  "data_mpps": round(data_pkts / w["seconds"] / 1e6, 3) if w["seconds"] else 0,
+                  "retransmits": d["retransmits"], "integrity_ok": w["integrity_ok"]}))
+EOF
+}
+
+results=$work/results.jsonl
+for ((r = 0; r < rounds; ++r)); do
+  scripts/bench-memif-baseline.sh --size 4096 --seconds "$seconds" 2>/dev/null | tee -a "$results"
+  nic_pair "4KB-1plane" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
+  nic_pair "4KB-4planes" 4 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
+  nic_pair "64B-1plane" 1 --wl-size 64 --wl-qps 8 --wl-depth 64 | tee -a "$results"
+done
+/usr/bin/python3 - "$results" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def best(pred, key):
+    v = [r[key] for r in rows if pred(r) and key in r]
+    return max(v) if v else 0.0
+base = best(lambda r: r.get("tool") == "testpmd", "rx_gbps")
+one = best(lambda r: r.get("label") == "4KB-1plane", "goodput_gbps")
+four = best(lambda r: r.get("label") == "4KB-4planes", "goodput_gbps")
+small = best(lambda r: r.get("label") == "64B-1plane", "mops")
+print()
+print(f"baseline testpmd memif 4 KB frames: {base:.1f} Gb/s per core")
+if base:
+    print(f"mrc-nic 4 KB MTU WRITEs, 1 plane : {one:.1f} Gb/s goodput = {100 * one / base:.0f} % of the baseline")
+    print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
+print(f"mrc-nic 64 B WRITEs: {small:.3f} Mops per core")
+EOF
