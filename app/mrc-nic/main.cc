@@ -322,7 +322,9 @@ int run(int argc, char** argv) {
   const double seconds = elapsed();
   // Final figures come from a quiet datapath, so they agree with each other.
   nic->stop();
-  if (o.stats_interval > 0) table.row(seconds, wl ? wl->bytes_completed() : 0);
+  // A closing row only when it covers enough time to be a rate.
+  if (o.stats_interval > 0 && seconds >= next_row - o.stats_interval / 2)
+    table.row(seconds, wl ? wl->bytes_completed() : 0);
   print_final_counters(*nic);
   if (result) {
     fmt::print(stderr, "mrc-nic: integrity {}{}\n", result->integrity_ok ? "OK" : "FAILED",
