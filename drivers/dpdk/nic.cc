@@ -644,7 +644,12 @@ std::string port_setup(uint16_t port, uint16_t queues, uint32_t frame_bytes, rte
   const unsigned sock = socket < 0 ? 0u : static_cast<unsigned>(socket);
   for (uint16_t q = 0; q < queues; ++q) {
     rc = rte_eth_rx_queue_setup(port, q, nb_rx, sock, nullptr, pool);
-    if (rc < 0) return fmt::format("rx queue {}: {}", q, rte_strerror(-rc));
+    if (rc < 0)
+      return fmt::format("rx queue {}: {}{}", q, rte_strerror(-rc),
+                         info.max_rx_pktlen < frame_bytes
+                             ? fmt::format(" (the port takes frames of at most {} B: try a smaller --mtu)",
+                                           info.max_rx_pktlen)
+                             : "");
     rc = rte_eth_tx_queue_setup(port, q, nb_tx, sock, nullptr);
     if (rc < 0) return fmt::format("tx queue {}: {}", q, rte_strerror(-rc));
   }
@@ -674,8 +679,9 @@ std::string port_setup(uint16_t port, uint16_t queues, uint32_t frame_bytes, rte
 
 Nic::Nic(const NicSpec& spec) : spec_(spec) {
   g_clock.init();
-  // Every frame fits one mbuf, so the engine always sees contiguous bytes.
-  const uint32_t frame_bytes = RTE_ALIGN_CEIL(spec_.mtu + 256, 64);
+  // Every frame fits one mbuf, so the engine always sees contiguous bytes;
+  // never below DPDK's default, which af_packet's and af_xdp's frames assume.
+  const uint32_t frame_bytes = std::max<uint32_t>(RTE_ALIGN_CEIL(spec_.mtu + 256, 64), RTE_MBUF_DEFAULT_DATAROOM);
   uint32_t shards = 0, ports = 0;
   for (auto& d : spec_.devices) {
     shards += static_cast<uint32_t>(d.lcores.size());
