@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include "nic/fault_guard.h"
 #include "nic/linklayer.h"
 #include "pcap/pcap_file.h"
 #include "wire/bytes.h"
@@ -124,11 +125,26 @@ struct Shard::Impl final : engine::Env {
   void refresh_usable(uint32_t planes) {
     for (uint32_t p = 0; p < planes; ++p) {
       rte_eth_link link;
-      usable[p] =
+      const bool up =
           !gate_on_link[p] || (rte_eth_link_get_nowait(tx[p].port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP);
+      if (!up) faulted[p] = false;
+      usable[p] = up && !faulted[p];
     }
   }
   bool port_usable(uint32_t plane) const { return usable[plane]; }
+  // A burst on a gated port (see nic/fault_guard.h); a fault inside it takes
+  // the port out of use until its link has gone down and come back.
+  template <class Burst>
+  uint16_t guarded_burst(uint32_t plane, Burst&& burst) {
+    if (!gate_on_link[plane]) return burst();
+    uint16_t n = 0;
+    if (nic::guarded([&] { n = burst(); })) return n;
+    s.ctr_.inc(ShardCtr::port_faults);
+    usable[plane] = false;
+    faulted[plane] = true;
+    return 0;
+  }
+  std::array<bool, engine::kMaxPlanes> faulted{};
   std::vector<RxQueue> rxq;
   struct Handoff {
     uint32_t plane;
@@ -260,9 +276,14 @@ struct Shard::Impl final : engine::Env {
     if (!t.n) return;
     std::array<uint32_t, kTxStage> len;
     for (uint32_t i = 0; i < t.n; ++i) len[i] = t.staged[i]->pkt_len;
-    uint32_t sent =
+    if (t.queue >= 0 && !port_usable(plane)) return;
+    const uint32_t sent =
         t.queue >= 0
-            ? rte_eth_tx_burst(t.port, static_cast<uint16_t>(t.queue), t.staged.data(), static_cast<uint16_t>(t.n))
+            ? guarded_burst(plane,
+                            [&] {
+                              return rte_eth_tx_burst(t.port, static_cast<uint16_t>(t.queue), t.staged.data(),
+                                                      static_cast<uint16_t>(t.n));
+                            })
             : rte_ring_sp_enqueue_burst(t.handoff, reinterpret_cast<void* const*>(t.staged.data()), t.n, nullptr);
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < sent; ++i) bytes += len[i];
@@ -440,7 +461,8 @@ unsigned Shard::run_once(Nanos now) {
   }
   for (const auto& q : I.rxq) {
     if (!I.port_usable(q.plane)) continue;
-    const uint16_t n = rte_eth_rx_burst(q.port, q.queue, burst.data(), kRxBurst);
+    const uint16_t n =
+        I.guarded_burst(q.plane, [&] { return rte_eth_rx_burst(q.port, q.queue, burst.data(), kRxBurst); });
     for (uint16_t i = 0; i < n; ++i) I.receive(q.plane, burst[i], false);
     work += n;
   }
@@ -645,11 +667,11 @@ std::string port_setup(uint16_t port, uint16_t queues, uint32_t frame_bytes, rte
   for (uint16_t q = 0; q < queues; ++q) {
     rc = rte_eth_rx_queue_setup(port, q, nb_rx, sock, nullptr, pool);
     if (rc < 0)
-      return fmt::format("rx queue {}: {}{}", q, rte_strerror(-rc),
-                         info.max_rx_pktlen < frame_bytes
-                             ? fmt::format(" (the port takes frames of at most {} B: try a smaller --mtu)",
-                                           info.max_rx_pktlen)
-                             : "");
+      return fmt::format(
+          "rx queue {}: {}{}", q, rte_strerror(-rc),
+          info.max_rx_pktlen < frame_bytes
+              ? fmt::format(" (the port takes frames of at most {} B: try a smaller --mtu)", info.max_rx_pktlen)
+              : "");
     rc = rte_eth_tx_queue_setup(port, q, nb_tx, sock, nullptr);
     if (rc < 0) return fmt::format("tx queue {}: {}", q, rte_strerror(-rc));
   }
@@ -679,6 +701,7 @@ std::string port_setup(uint16_t port, uint16_t queues, uint32_t frame_bytes, rte
 
 Nic::Nic(const NicSpec& spec) : spec_(spec) {
   g_clock.init();
+  nic::install_fault_guard();
   // Every frame fits one mbuf, so the engine always sees contiguous bytes;
   // never below DPDK's default, which af_packet's and af_xdp's frames assume.
   const uint32_t frame_bytes = std::max<uint32_t>(RTE_ALIGN_CEIL(spec_.mtu + 256, 64), RTE_MBUF_DEFAULT_DATAROOM);

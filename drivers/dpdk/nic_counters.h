@@ -32,7 +32,8 @@ namespace mrc::dp {
   X(tx_delayed, "frames held back by injected delay")                              \
   X(tx_drop_delay_full, "frames dropped: injected-delay queue full")               \
   X(tx_drop_port_full, "frames dropped at shutdown: the port never took them")     \
-  X(capture_errors, "frames the capture could not write")
+  X(capture_errors, "frames the capture could not write")                          \
+  X(port_faults, "bursts cut short by a fault: the peer unmapped shared memory")
 
 #define MRC_PLANE_COUNTERS(X)     \
   X(rx_frames, "frames received") \
