@@ -144,8 +144,9 @@ struct Workload::Impl {
     Impl& w;
     std::vector<Flow*> mine;
     explicit RequesterApp(Impl& i) : w(i) {}
-    void on_poll(dp::Shard& s, Nanos now) override {
-      if (!w.posting.load(std::memory_order_relaxed)) return;
+    bool on_poll(dp::Shard& s, Nanos now) override {
+      if (!w.posting.load(std::memory_order_relaxed)) return false;
+      bool posted_any = false;
       for (Flow* f : mine) {
         while (f->posted < f->messages && f->posted - f->completed < w.wl.depth) {
           const uint64_t i = f->posted;
@@ -160,8 +161,10 @@ struct Workload::Impl {
           wr.imm = static_cast<uint32_t>(i);
           if (s.engine().post_send(f->qpn, wr, now) != 0) break;
           ++f->posted;
+          posted_any = true;
         }
       }
+      return posted_any;
     }
     void on_completion(dp::Shard&, const engine::Completion& c, Nanos now) override {
       for (Flow* f : mine) {
@@ -190,7 +193,7 @@ struct Workload::Impl {
     Impl& w;
     std::vector<Target*> mine;
     explicit ResponderApp(Impl& i) : w(i) {}
-    void on_poll(dp::Shard&, Nanos) override {}
+    bool on_poll(dp::Shard&, Nanos) override { return false; }
     void on_completion(dp::Shard& s, const engine::Completion& c, Nanos) override {
       for (Target* t : mine) {
         if (t->qpn != c.qpn) continue;

@@ -411,6 +411,7 @@ void Shard::serve_mailbox() {
     impl_->now = g_clock.now();
     (*fn)();
     impl_->drain_completions();
+    impl_->deadline = 0;  // control may have changed the engine's timers
     mailbox_.store(nullptr, std::memory_order_release);
   }
 }
@@ -421,6 +422,7 @@ void Shard::call(const std::function<void()>& fn) {
     impl_->now = g_clock.now();
     fn();
     impl_->drain_completions();
+    impl_->deadline = 0;
     return;
   }
   mailbox_.store(&fn, std::memory_order_release);
@@ -472,7 +474,7 @@ unsigned Shard::run_once(Nanos now) {
     for (unsigned i = 0; i < n; ++i) I.stage(h.plane, burst[i]);
     work += n;
   }
-  if (app_) app_->on_poll(*this, now);
+  if (app_ && app_->on_poll(*this, now)) I.deadline = 0;
   if (work || now >= I.deadline || eng_->wants_tx()) {
     eng_->poll(now);
     I.deadline = eng_->next_deadline();

@@ -60,7 +60,9 @@ class ShardApp {
  public:
   virtual ~ShardApp() = default;
   virtual void on_completion(Shard& s, const engine::Completion& c, engine::Nanos now) = 0;
-  virtual void on_poll(Shard& s, engine::Nanos now) = 0;
+  // Returns true if it gave the engine work (the shard then re-reads the
+  // engine's timers: a post arms the retransmit timer).
+  virtual bool on_poll(Shard& s, engine::Nanos now) = 0;
 };
 
 struct EvEventRecord {
