@@ -144,9 +144,7 @@ void print_final_counters(dp::Nic& nic) {
     const auto sc = d->shard_counters();
     for (size_t i = 0; i < sc.size(); ++i)
       if (sc[i]) fmt::print(stderr, "  nic_{:<28} {}\n", dp::kShardCtrNames[i], sc[i]);
-    engine::Counters<engine::QpCtr> q;
-    for (const auto& qi : d->qp_infos())
-      for (size_t i = 0; i < q.v.size(); ++i) q.v[i] += qi.ctr.v[i];
+    const auto q = d->qp_counter_totals();
     for (size_t i = 0; i < q.v.size(); ++i)
       if (q.v[i]) fmt::print(stderr, "  qp_{:<29} {}\n", engine::kQpCtrNames[i], q.v[i]);
     for (uint32_t p = 0; p < d->num_planes(); ++p)
@@ -179,9 +177,7 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
   bool first_dev = true;
   for (auto& d : nic.devices()) {
     const auto ec = d->engine_counters();
-    engine::Counters<engine::QpCtr> q;
-    for (const auto& qi : d->qp_infos())
-      for (size_t i = 0; i < q.v.size(); ++i) q.v[i] += qi.ctr.v[i];
+    const auto q = d->qp_counter_totals();
     j += fmt::format("{}\"{}\":{{\"planes\":[", first_dev ? "" : ",", d->name());
     first_dev = false;
     for (uint32_t p = 0; p < d->num_planes(); ++p) {

@@ -576,6 +576,13 @@ std::vector<engine::QpInfo> Device::qp_infos() {
   return out;
 }
 
+engine::Counters<engine::QpCtr> Device::qp_counter_totals() {
+  engine::Counters<engine::QpCtr> sum;
+  for (const auto& qi : qp_infos())
+    for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += qi.ctr.v[i];
+  return sum;
+}
+
 bool Device::ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out) {
   Shard* s = shards_[shard_of_qpn(qpn)].get();
   bool found = false;
@@ -740,7 +747,6 @@ Nic::Nic(const NicSpec& spec) : spec_(spec) {
       ps.addr.mac = mac;
     }
     auto dev = std::make_unique<Device>(*this, ds, di);
-    dev->queues_ = queues;
     for (uint32_t k = 0; k < ds.lcores.size(); ++k)
       dev->shards_.push_back(std::make_unique<Shard>(*dev, k, ds.lcores[k]));
     // Queues, steering and hand-off rings.

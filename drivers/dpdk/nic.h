@@ -145,6 +145,8 @@ class Device {
   // Snapshots taken on the owning lcores (for telemetry and the CLI).
   engine::Counters<engine::DevCtr> engine_counters();
   std::vector<engine::QpInfo> qp_infos();
+  // Every QP counter summed over the device's QPs.
+  engine::Counters<engine::QpCtr> qp_counter_totals();
   bool ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out);
   std::vector<EvEventRecord> ev_events();
   // The sum over shards of a plane's counters.
@@ -167,8 +169,6 @@ class Device {
   std::array<std::atomic<bool>, engine::kMaxPlanes> link_up_{};
   // Fault parameters change from the control thread; workers read them.
   std::array<std::atomic<uint64_t>, engine::kMaxPlanes> drop_ppb_{}, corrupt_ppb_{}, delay_ns_{};
-  // Per plane: how many queues the port has and which shard owns each.
-  std::array<uint16_t, engine::kMaxPlanes> queues_{};
 };
 
 class Nic {

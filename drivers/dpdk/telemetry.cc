@@ -14,6 +14,13 @@ namespace mrc::dp {
 
 namespace {
 
+// All of `s` as a number.
+template <class T>
+bool parse_whole(std::string_view s, T& v) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
 Nic* g_nic = nullptr;  // telemetry callbacks carry no user data
 std::mutex g_mu;       // held by every callback, so the Nic cannot vanish under one
 
@@ -29,8 +36,7 @@ Device* find_qp(const char* params, uint32_t& qpn, std::string_view& rest) {
     dev = p.substr(0, c);
     p = p.substr(c + 1);
   }
-  auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), qpn);
-  if (ec != std::errc() || end != p.data() + p.size()) return nullptr;
+  if (!parse_whole(p, qpn)) return nullptr;
   for (auto& d : g_nic->devices()) {
     if (!dev.empty() && d->name() != dev) continue;
     for (const auto& qi : d->qp_infos())
@@ -137,8 +143,7 @@ int cmd_plane(const char*, const char* params, rte_tel_data* out) {
   Device* d = g_nic->find_device(std::string(p.substr(0, colon)));
   uint32_t plane = 0;
   auto num = p.substr(colon + 1);
-  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), plane);
-  if (!d || ec != std::errc() || end != num.data() + num.size() || plane >= d->num_planes()) return -EINVAL;
+  if (!d || !parse_whole(num, plane) || plane >= d->num_planes()) return -EINVAL;
   rte_tel_data_start_dict(out);
   rte_tel_data_add_dict_string(out, "device", d->name().c_str());
   rte_tel_data_add_dict_u64(out, "plane", plane);
@@ -171,10 +176,7 @@ int cmd_link(const char*, const char* params, rte_tel_data* out) {
   Device* d = g_nic->find_device(std::string(p.substr(0, colon)));
   const auto num = p.substr(colon + 1, comma - colon - 1), what = p.substr(comma + 1);
   uint32_t plane = 0;
-  auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), plane);
-  if (!d || ec != std::errc() || end != num.data() + num.size() || plane >= d->num_planes() ||
-      (what != "up" && what != "down"))
-    return -EINVAL;
+  if (!d || !parse_whole(num, plane) || plane >= d->num_planes() || (what != "up" && what != "down")) return -EINVAL;
   d->set_link(plane, what == "up", false);
   rte_tel_data_start_dict(out);
   rte_tel_data_add_dict_string(out, "device", d->name().c_str());
@@ -235,10 +237,7 @@ int cmd_evs(const char*, const char* params, rte_tel_data* out) {
   Device* d = find_qp(params, qpn, rest);
   if (!d) return -EINVAL;
   size_t first = 0;
-  if (!rest.empty()) {
-    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), first);
-    if (ec != std::errc() || end != rest.data() + rest.size()) return -EINVAL;
-  }
+  if (!rest.empty() && !parse_whole(rest, first)) return -EINVAL;
   std::vector<engine::EvInfo> evs;
   if (!d->ev_info(qpn, evs)) return -EINVAL;
   rte_tel_data_start_dict(out);
@@ -277,9 +276,7 @@ int cmd_counters(const char*, const char* params, rte_tel_data* out) {
   const auto sc = d->shard_counters();
   for (size_t i = 0; i < sc.size(); ++i)
     rte_tel_data_add_dict_u64(out, fmt::format("nic_{}", kShardCtrNames[i]).c_str(), sc[i]);
-  engine::Counters<engine::QpCtr> q;
-  for (const auto& qi : d->qp_infos())
-    for (size_t i = 0; i < q.v.size(); ++i) q.v[i] += qi.ctr.v[i];
+  const auto q = d->qp_counter_totals();
   for (size_t i = 0; i < q.v.size(); ++i)
     rte_tel_data_add_dict_u64(out, fmt::format("qp_{}", engine::kQpCtrNames[i]).c_str(), q.v[i]);
   return 0;
