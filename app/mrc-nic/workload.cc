@@ -572,6 +572,18 @@ void Workload::stop_posting() {
 
 uint64_t Workload::bytes_completed() const { return impl_->bytes_done.load(std::memory_order_relaxed); }
 
+namespace {
+// The responder's side of a result: its verification.
+void take_verdict(WorkloadResult& r, const WorkloadResult& v) {
+  r.first_error = v.first_error;
+  r.integrity_ok = v.integrity_ok;
+  r.completions_ok = v.completions_ok;
+  r.slots_checked = v.slots_checked;
+  r.slots_bad = v.slots_bad;
+  r.imm_received = v.imm_received;
+}
+}  // namespace
+
 WorkloadResult Workload::finish() {
   auto& I = *impl_;
   WorkloadResult r;
@@ -601,22 +613,18 @@ WorkloadResult Workload::finish() {
     ResultMsg m{};
     if (send_all(I.peer_fd, &d, sizeof d) && send_all(I.peer_fd, counts.data(), counts.size() * sizeof(uint64_t)) &&
         recv_all(I.peer_fd, &m, sizeof m) && m.magic == kMagic) {
-      r.integrity_ok = m.integrity_ok;
-      r.completions_ok = m.completions_ok;
-      r.slots_checked = m.slots_checked;
-      r.slots_bad = m.slots_bad;
-      r.imm_received = m.imm_received;
+      WorkloadResult v;
+      v.integrity_ok = m.integrity_ok;
+      v.completions_ok = m.completions_ok;
+      v.slots_checked = m.slots_checked;
+      v.slots_bad = m.slots_bad;
+      v.imm_received = m.imm_received;
+      take_verdict(r, v);
     } else {
       r.first_error = "the responder did not report its verification";
     }
   } else {
-    const WorkloadResult v = I.responder_result(counts);
-    r.first_error = v.first_error;
-    r.integrity_ok = v.integrity_ok;
-    r.completions_ok = v.completions_ok;
-    r.slots_checked = v.slots_checked;
-    r.slots_bad = v.slots_bad;
-    r.imm_received = v.imm_received;
+    take_verdict(r, I.responder_result(counts));
   }
   r.errors = I.errors.load();
   if (r.errors) {

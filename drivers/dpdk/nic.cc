@@ -468,7 +468,6 @@ unsigned Shard::run_once(Nanos now) {
     for (uint16_t i = 0; i < n; ++i) I.receive(q.plane, burst[i], false);
     work += n;
   }
-  if (work) I.drain_completions();
   for (const auto& h : I.handoffs_in) {
     const unsigned n = rte_ring_sc_dequeue_burst(h.ring, reinterpret_cast<void**>(burst.data()), kRxBurst, nullptr);
     for (unsigned i = 0; i < n; ++i) I.stage(h.plane, burst[i]);
@@ -871,15 +870,6 @@ void Nic::stop() {
   stop_.store(true);
   for (unsigned l : worker_lcores_) rte_eal_wait_lcore(l);
   running_.store(false, std::memory_order_release);
-}
-
-std::array<uint64_t, size_t(ShardCtr::count)> Nic::total_counters() const {
-  std::array<uint64_t, size_t(ShardCtr::count)> out{};
-  for (auto& d : devices_) {
-    const auto c = d->shard_counters();
-    for (size_t i = 0; i < out.size(); ++i) out[i] += c[i];
-  }
-  return out;
 }
 
 }  // namespace mrc::dp

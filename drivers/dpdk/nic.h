@@ -27,7 +27,6 @@ struct FaultSpec {
   double drop = 0;        // egress drop probability
   double corrupt = 0;     // egress probability of flipping one byte
   uint64_t delay_ns = 0;  // added egress delay
-  bool operator==(const FaultSpec&) const = default;
 };
 
 struct PlaneSpec {
@@ -133,7 +132,6 @@ class Device {
   // The shard that owns a QPN (shard 0 for QPNs no shard owns, so the engine
   // counts them).
   uint32_t shard_of_qpn(uint32_t qpn) const;
-  Nic& nic() { return nic_; }
 
   // Link failure injection: a down plane silently drops both directions.
   // With port_status, the engine is told as well and tells its peers.
@@ -181,7 +179,6 @@ class Nic {
   std::vector<std::unique_ptr<Device>>& devices() { return devices_; }
   Device* find_device(const std::string& name);
   const NicSpec& spec() const { return spec_; }
-  rte_mempool* pool() { return pool_; }
 
   // Waits up to `seconds` for every plane's port link; returns the ports
   // still down.
@@ -192,9 +189,6 @@ class Nic {
   void stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
   engine::Nanos now() const;
-
-  // Counters summed over every shard of every device.
-  std::array<uint64_t, size_t(ShardCtr::count)> total_counters() const;
 
  private:
   friend class Shard;
