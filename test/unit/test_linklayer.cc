@@ -1,8 +1,12 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "nic/linklayer.h"
@@ -88,6 +92,7 @@ struct NsOpts {
   uint8_t code = 0;
   bool slla = true;
   uint8_t slla_units = 1;
+  uint64_t slla_mac = kPeerMac;
   bool corrupt_checksum = false;
   unsigned eth_pad = 0;
 };
@@ -102,7 +107,7 @@ Bytes ns(const NsOpts& o = {}) {
   if (o.slla) {
     put(icmp, 1, 1);
     put(icmp, o.slla_units, 1);
-    put(icmp, kPeerMac, 6);
+    put(icmp, o.slla_mac, 6);
   }
   uint16_t ck = ref_icmpv6_checksum(o.src, o.dst, icmp.data(), icmp.size());
   if (o.corrupt_checksum) ck ^= 0x0100;
@@ -211,7 +216,7 @@ void check_na(const Bytes& r, uint64_t dst_mac, const Ip6& dst_ip, bool solicite
 
 }  // namespace
 
-TEST_CASE("ARP request for our IPv4 gets an exact reply") {
+TEST_CASE("ARP request for our IPv4 gets an exact reply", "[linklayer]") {
   auto [v, r] = run(arp(1, kOurIp4));
   REQUIRE(v == LinkVerdict::replied);
   REQUIRE(r.size() == 60);  // padded to the Ethernet minimum
@@ -233,7 +238,7 @@ TEST_CASE("ARP request for our IPv4 gets an exact reply") {
   CHECK(run(arp(1, kOurIp4, kOurMac)).verdict == LinkVerdict::replied);
 }
 
-TEST_CASE("ARP that is not a request for us is not ours") {
+TEST_CASE("ARP that is not a request for us is not ours", "[linklayer]") {
   CHECK(run(arp(1, kPeerIp4)).verdict == LinkVerdict::not_ours);
   CHECK(run(arp(2, kOurIp4)).verdict == LinkVerdict::not_ours);  // a reply
   CHECK(run(arp(1, kOurIp4, 0x02FFFFFFFFFFull)).verdict == LinkVerdict::not_ours);
@@ -248,13 +253,13 @@ TEST_CASE("ARP that is not a request for us is not ours") {
   CHECK(run(group_sender).verdict == LinkVerdict::malformed);
 }
 
-TEST_CASE("Neighbour Solicitation to our solicited-node group gets a solicited NA") {
+TEST_CASE("Neighbour Solicitation to our solicited-node group gets a solicited NA", "[linklayer]") {
   auto [v, r] = run(ns());
   REQUIRE(v == LinkVerdict::replied);
   check_na(r, kPeerMac, kPeerIp6, true);
 }
 
-TEST_CASE("unicast Neighbour Solicitation with Ethernet padding gets an NA") {
+TEST_CASE("unicast Neighbour Solicitation with Ethernet padding gets an NA", "[linklayer]") {
   NsOpts o;
   o.dst = kOurIp6;
   o.dst_mac = kOurMac;
@@ -265,7 +270,7 @@ TEST_CASE("unicast Neighbour Solicitation with Ethernet padding gets an NA") {
   check_na(r, kPeerMac, kPeerIp6, true);
 }
 
-TEST_CASE("a DAD probe for our address is defended to all nodes") {
+TEST_CASE("a DAD probe for our address is defended to all nodes", "[linklayer]") {
   NsOpts o;
   o.src = kUnspecified;
   o.slla = false;
@@ -274,7 +279,7 @@ TEST_CASE("a DAD probe for our address is defended to all nodes") {
   check_na(r, 0x333300000001ull, kAllNodes, false);
 }
 
-TEST_CASE("invalid or foreign Neighbour Solicitations are dropped") {
+TEST_CASE("invalid or foreign Neighbour Solicitations are dropped", "[linklayer]") {
   auto verdict = [](NsOpts o) { return run(ns(o)).verdict; };
   NsOpts o;
   o.hop_limit = 254;
@@ -328,12 +333,12 @@ TEST_CASE("invalid or foreign Neighbour Solicitations are dropped") {
   CHECK(run(echo).verdict == LinkVerdict::not_ours);
 }
 
-TEST_CASE("RoCEv2 to our addresses goes to the engine") {
+TEST_CASE("RoCEv2 to our addresses goes to the engine", "[linklayer]") {
   CHECK(run(udp4(4791)).verdict == LinkVerdict::roce);
   CHECK(run(udp6(4791)).verdict == LinkVerdict::roce);
 }
 
-TEST_CASE("other UDP, other addresses and other ethertypes are not ours") {
+TEST_CASE("other UDP, other addresses and other ethertypes are not ours", "[linklayer]") {
   CHECK(run(udp4(4792)).verdict == LinkVerdict::not_ours);
   CHECK(run(udp4(53)).verdict == LinkVerdict::not_ours);
   CHECK(run(udp4(4791, kPeerIp4)).verdict == LinkVerdict::not_ours);
@@ -374,7 +379,7 @@ TEST_CASE("other UDP, other addresses and other ethertypes are not ours") {
   CHECK(run(v4_bad_version).verdict == LinkVerdict::malformed);
 }
 
-TEST_CASE("truncated frames are malformed up to their minimum and never overread") {
+TEST_CASE("truncated frames are malformed up to their minimum and never overread", "[linklayer]") {
   struct Case {
     const char* name;
     Bytes frame;
@@ -401,8 +406,372 @@ TEST_CASE("truncated frames are malformed up to their minimum and never overread
   }
 }
 
-TEST_CASE("a reply buffer below capacity is never written") {
+TEST_CASE("a reply buffer below capacity is never written", "[linklayer]") {
   CHECK(run(arp(1, kOurIp4), me(), 59).verdict == LinkVerdict::not_ours);
   CHECK(run(ns(), me(), 85).verdict == LinkVerdict::not_ours);
   CHECK(run(ns(), me(), 86).verdict == LinkVerdict::replied);
+}
+
+namespace {
+
+// --- Resolving peers: builders and learn_neighbour ---
+
+constexpr uint64_t kOtherMac = 0x02CAFEF00D01ull;
+constexpr uint32_t kOtherIp4 = 0x0A000103;  // 10.0.1.3
+constexpr Ip6 kOtherIp6{0xFD, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0x00, 0x99, 0x88, 0x77};
+
+PlaneIdentity peer() { return PlaneIdentity{kPeerMac, kPeerIp4, kPeerIp6}; }
+
+// Overwrites n big-endian bytes at off.
+void set(Bytes& b, size_t off, uint64_t v, unsigned n) {
+  for (unsigned i = 0; i < n; ++i) b.at(off + i) = static_cast<uint8_t>(v >> (8 * (n - 1 - i)));
+}
+
+std::optional<NeighbourFact> learn(const Bytes& frame, const PlaneIdentity& id = me()) {
+  // An exactly-sized heap copy, so that ASan flags any read past the end.
+  std::unique_ptr<uint8_t[]> f(new uint8_t[frame.size() ? frame.size() : 1]);
+  std::copy(frame.begin(), frame.end(), f.get());
+  return learn_neighbour(id, {f.get(), frame.size()});
+}
+
+NeighbourFact fact4(uint32_t ip, uint64_t mac) { return NeighbourFact{ip, std::nullopt, mac}; }
+NeighbourFact fact6(const Ip6& ip, uint64_t mac) { return NeighbourFact{std::nullopt, ip, mac}; }
+
+// Runs a builder over a buffer of `cap` bytes and checks it wrote nothing
+// past the length it returned (and nothing at all when it returned 0).
+template <class Build>
+Bytes built(Build build, size_t cap = kLinkReplyCapacity) {
+  Bytes out(cap, 0xEE);
+  const size_t n = build(std::span<uint8_t>(out));
+  REQUIRE(n <= cap);
+  CHECK(std::all_of(out.begin() + static_cast<std::ptrdiff_t>(n), out.end(), [](uint8_t x) { return x == 0xEE; }));
+  out.resize(n);
+  return out;
+}
+
+Bytes arp_request_from(const PlaneIdentity& id, uint32_t target, size_t cap = kLinkReplyCapacity) {
+  return built([&](std::span<uint8_t> out) { return build_arp_request(id, target, out); }, cap);
+}
+Bytes ns_from(const PlaneIdentity& id, const Ip6& target, size_t cap = kLinkReplyCapacity) {
+  return built([&](std::span<uint8_t> out) { return build_neighbour_solicitation(id, target, out); }, cap);
+}
+
+// ARP offsets in an untagged frame: sender MAC, sender IP, target IP.
+constexpr size_t kSha = 22, kSpa = 28, kTpa = 38;
+
+// A Neighbour Advertisement as the peer would send it to us.
+struct NaOpts {
+  uint64_t eth_src = kPeerMac;
+  uint64_t dst_mac = kOurMac;
+  Ip6 src = kPeerIp6;
+  Ip6 dst = kOurIp6;
+  Ip6 target = kPeerIp6;
+  uint8_t hop_limit = 255;
+  uint8_t code = 0;
+  uint32_t flags = 0x60000000;  // solicited, override
+  bool tlla = true;
+  uint64_t tlla_mac = kPeerMac;
+  uint8_t tlla_units = 1;
+  bool corrupt_checksum = false;
+  unsigned eth_pad = 0;
+};
+
+Bytes na(const NaOpts& o = {}) {
+  Bytes icmp;
+  put(icmp, 136, 1);
+  put(icmp, o.code, 1);
+  put(icmp, 0, 2);  // checksum, filled below
+  put(icmp, o.flags, 4);
+  put(icmp, o.target);
+  if (o.tlla) {
+    put(icmp, 2, 1);
+    put(icmp, o.tlla_units, 1);
+    put(icmp, o.tlla_mac, 6);
+  }
+  uint16_t ck = ref_icmpv6_checksum(o.src, o.dst, icmp.data(), icmp.size());
+  if (o.corrupt_checksum) ck ^= 0x0001;
+  icmp[2] = uint8_t(ck >> 8);
+  icmp[3] = uint8_t(ck);
+
+  Bytes b;
+  eth(b, o.dst_mac, o.eth_src, 0x86DD);
+  put(b, 0x60000000, 4);
+  put(b, icmp.size(), 2);
+  put(b, 58, 1);
+  put(b, o.hop_limit, 1);
+  put(b, o.src);
+  put(b, o.dst);
+  b.insert(b.end(), icmp.begin(), icmp.end());
+  b.insert(b.end(), o.eth_pad, 0xA5);
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("build_arp_request writes an exact broadcast who-has", "[linklayer]") {
+  const Bytes r = arp_request_from(me(), kPeerIp4);
+  Bytes want;
+  eth(want, 0xFFFFFFFFFFFFull, kOurMac, 0x0806);
+  put(want, 1, 2);
+  put(want, 0x0800, 2);
+  put(want, 6, 1);
+  put(want, 4, 1);
+  put(want, 1, 2);  // request
+  put(want, kOurMac, 6);
+  put(want, kOurIp4, 4);
+  put(want, 0, 6);  // the unknown being asked for
+  put(want, kPeerIp4, 4);
+  want.resize(60, 0);  // padded to the Ethernet minimum
+  CHECK(r == want);
+
+  CHECK(arp_request_from(me(), kPeerIp4, 60).size() == 60);
+  CHECK(arp_request_from(me(), kPeerIp4, 59).empty());
+  PlaneIdentity v6only = me();
+  v6only.ipv4.reset();
+  CHECK(arp_request_from(v6only, kPeerIp4).empty());
+}
+
+TEST_CASE("ARP round trip: our request is answered and the answer learned", "[linklayer]") {
+  // The peer asks for us; we answer; the peer learns us from the answer.
+  const Bytes request = arp_request_from(peer(), kOurIp4);
+  REQUIRE(request.size() == 60);
+  auto [v, reply] = run(request);
+  REQUIRE(v == LinkVerdict::replied);
+  const auto learned = learn(reply, peer());
+  REQUIRE(learned);
+  CHECK(*learned == fact4(kOurIp4, kOurMac));
+
+  // RFC 826: the responder merges the requester's binding from the request.
+  const auto merged = learn(request);
+  REQUIRE(merged);
+  CHECK(*merged == fact4(kPeerIp4, kPeerMac));
+
+  // Nobody else learns from the exchange, nor does the asker from its own request.
+  const PlaneIdentity other{kOtherMac, kOtherIp4, kOtherIp6};
+  CHECK_FALSE(learn(request, other));
+  CHECK_FALSE(learn(reply, other));
+  CHECK_FALSE(learn(reply));  // the reply we sent, looped back to us
+  CHECK_FALSE(learn(request, peer()));
+}
+
+TEST_CASE("ARP replies and requests are learned at our MAC or broadcast only", "[linklayer]") {
+  CHECK(learn(arp(2, kOurIp4, kOurMac)) == fact4(kPeerIp4, kPeerMac));
+  CHECK(learn(arp(2, kOurIp4)) == fact4(kPeerIp4, kPeerMac));  // broadcast announcement to us
+  CHECK(learn(arp(1, kOurIp4, kOurMac)) == fact4(kPeerIp4, kPeerMac));
+  CHECK_FALSE(learn(arp(2, kOurIp4, kOtherMac)));
+  CHECK_FALSE(learn(arp(1, kOurIp4, kOtherMac)));
+}
+
+TEST_CASE("ARP that binds nothing for us is not learned", "[linklayer]") {
+  CHECK_FALSE(learn(arp(2, kOtherIp4, kOurMac)));  // a reply for another IP
+  CHECK_FALSE(learn(arp(1, kOtherIp4)));           // someone else's request
+  CHECK_FALSE(learn(arp(3, kOurIp4)));             // RARP request
+  PlaneIdentity v6only = me();
+  v6only.ipv4.reset();
+  CHECK_FALSE(learn(arp(2, kOurIp4, kOurMac), v6only));
+
+  const Bytes good = arp(2, kOurIp4, kOurMac);
+  auto with = [&](size_t off, uint64_t v, unsigned n) {
+    Bytes b = good;
+    set(b, off, v, n);
+    return learn(b);
+  };
+  CHECK_FALSE(with(kSha, 0xFFFFFFFFFFFFull, 6));  // broadcast sender MAC
+  CHECK_FALSE(with(kSha, 0x01005E000001ull, 6));  // multicast sender MAC
+  CHECK_FALSE(with(kSha, 0, 6));
+  CHECK_FALSE(with(kSpa, 0, 4));           // an RFC 5227 probe binds nothing
+  CHECK_FALSE(with(kSpa, 0xE0000001, 4));  // 224.0.0.1
+  CHECK_FALSE(with(kSpa, 0xFFFFFFFF, 4));
+  CHECK_FALSE(with(kSpa, kOurIp4, 4));                            // someone claiming our address
+  CHECK_FALSE(with(14, 6, 2));                                    // hardware type IEEE 802
+  CHECK_FALSE(with(16, 0x86DD, 2));                               // protocol type
+  CHECK_FALSE(with(18, 8, 1));                                    // hardware length
+  CHECK_FALSE(with(19, 16, 1));                                   // protocol length
+  CHECK_FALSE(with(12, 0x8100, 2));                               // not ARP at all
+  CHECK(with(kSha, kOtherMac, 6) == fact4(kPeerIp4, kOtherMac));  // the ARP field, not the Ethernet source
+
+  // Ethernet padding is ignored; every shorter prefix is rejected.
+  Bytes padded = good;
+  padded.resize(60, 0xA5);
+  CHECK(learn(padded) == fact4(kPeerIp4, kPeerMac));
+  for (size_t n = 0; n < good.size(); ++n) {
+    INFO("truncated to " << n);
+    CHECK_FALSE(learn(Bytes(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(n))));
+  }
+}
+
+TEST_CASE("build_neighbour_solicitation writes an exact NS to the solicited-node group", "[linklayer]") {
+  // The fixture's NS (built byte by byte, independent checksum) is what a
+  // peer resolving our address must send.
+  const Bytes r = ns_from(peer(), kOurIp6);
+  REQUIRE(r.size() == 86);
+  CHECK(r == ns());
+  CHECK(get(r, 0, 6) == kOurSolicitedMac);
+  CHECK(get6(r, 38) == kOurSolicitedNode);
+  CHECK(r[21] == 255);
+
+  CHECK(ns_from(peer(), kOurIp6, 86).size() == 86);
+  CHECK(ns_from(peer(), kOurIp6, 85).empty());
+  PlaneIdentity v4only = peer();
+  v4only.ipv6.reset();
+  CHECK(ns_from(v4only, kOurIp6).empty());
+  CHECK(ns_from(peer(), kAllNodes).empty());
+  CHECK(ns_from(peer(), kUnspecified).empty());
+}
+
+TEST_CASE("ND round trip: our solicitation is answered and the advertisement learned", "[linklayer]") {
+  const Bytes solicit = ns_from(peer(), kOurIp6);
+  auto [v, advert] = run(solicit);
+  REQUIRE(v == LinkVerdict::replied);
+  const auto learned = learn(advert, peer());
+  REQUIRE(learned);
+  CHECK(*learned == fact6(kOurIp6, kOurMac));
+
+  // RFC 4861 7.2.3: a solicitation with a source link-layer option binds its sender.
+  const auto merged = learn(solicit);
+  REQUIRE(merged);
+  CHECK(*merged == fact6(kPeerIp6, kPeerMac));
+
+  const PlaneIdentity other{kOtherMac, kOtherIp4, kOtherIp6};
+  CHECK_FALSE(learn(solicit, other));
+  CHECK_FALSE(learn(advert, other));
+  CHECK_FALSE(learn(advert));  // our own advertisement, looped back
+  CHECK_FALSE(learn(solicit, peer()));
+}
+
+TEST_CASE("Neighbour Advertisements are learned from their options or the Ethernet source", "[linklayer]") {
+  CHECK(learn(na()) == fact6(kPeerIp6, kPeerMac));
+  NaOpts o;
+  o.tlla_mac = kOtherMac;  // the option wins over the Ethernet source
+  CHECK(learn(na(o)) == fact6(kPeerIp6, kOtherMac));
+  o = {};
+  o.tlla = false;
+  o.eth_pad = 10;  // padding must not enter the checksum
+  CHECK(learn(na(o)) == fact6(kPeerIp6, kPeerMac));
+  o = {};
+  o.flags = 0;  // neither solicited nor override: still the target's binding
+  CHECK(learn(na(o)) == fact6(kPeerIp6, kPeerMac));
+}
+
+TEST_CASE("invalid or foreign Neighbour Advertisements are not learned", "[linklayer]") {
+  auto learned = [](NaOpts o) { return learn(na(o)); };
+  NaOpts o;
+  o.corrupt_checksum = true;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.hop_limit = 254;  // could be from off-link
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.code = 1;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.tlla_mac = 0xFFFFFFFFFFFFull;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.tlla_mac = 0x333300000001ull;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.tlla = false;
+  o.eth_src = 0x333300000001ull;  // no option, and the Ethernet source is a group
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.tlla_units = 0;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.tlla_units = 2;  // runs past the message
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.target = kAllNodes;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.target = kUnspecified;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.target = kOurIp6;  // someone claiming our address
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.dst = kOtherIp6;  // to someone else
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.dst_mac = kOtherMac;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.dst = kAllNodes;  // unsolicited: refreshes only, which needs a cache
+  o.dst_mac = 0x333300000001ull;
+  o.flags = 0x20000000;
+  CHECK_FALSE(learned(o));
+
+  PlaneIdentity v4only = me();
+  v4only.ipv6.reset();
+  CHECK_FALSE(learn(na(), v4only));
+  Bytes echo_reply = na();
+  echo_reply[54] = 129;
+  CHECK_FALSE(learn(echo_reply));
+  Bytes v5 = na();
+  v5[14] = 0x50;
+  CHECK_FALSE(learn(v5));
+  CHECK_FALSE(learn(udp6(4791)));
+  CHECK_FALSE(learn(udp4(4791)));
+}
+
+TEST_CASE("Neighbour Solicitations bind their sender only with a link-layer option", "[linklayer]") {
+  auto learned = [](NsOpts o) { return learn(ns(o)); };
+  NsOpts o;
+  CHECK(learned(o) == fact6(kPeerIp6, kPeerMac));
+  o.dst = kOurIp6;  // unicast refresh
+  o.dst_mac = kOurMac;
+  CHECK(learned(o) == fact6(kPeerIp6, kPeerMac));
+  o = {};
+  o.slla = false;  // answerable, but names no link address to learn
+  CHECK(run(ns(o)).verdict == LinkVerdict::replied);
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.src = kUnspecified;  // a DAD probe binds nothing
+  o.slla = false;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.src = kOurIp6;  // someone claiming our address
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.src = kAllNodes;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.corrupt_checksum = true;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.hop_limit = 64;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.slla_units = 0;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.target = kOtherIp6;  // for someone else
+  o.dst = {0xFF, 0x02, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x01, 0xFF, 0x99, 0x88, 0x77};
+  o.dst_mac = 0x3333FF998877ull;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.dst_mac = kOurMac;  // our group at a MAC that is not its mapping
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.slla_mac = 0xFFFFFFFFFFFFull;
+  CHECK_FALSE(learned(o));
+  o = {};
+  o.slla_mac = 0;
+  CHECK_FALSE(learned(o));
+}
+
+TEST_CASE("truncated ND frames are never learned from and never overread", "[linklayer]") {
+  NsOpts padded_ns;
+  padded_ns.eth_pad = 10;
+  NaOpts padded_na;
+  padded_na.eth_pad = 10;
+  const Bytes frames[] = {ns(), ns(padded_ns), na(), na(padded_na)};
+  for (const Bytes& f : frames) {
+    const size_t full = 14 + 40 + get(f, 18, 2);  // the rest is Ethernet padding
+    REQUIRE(learn(f));
+    for (size_t n = 0; n < f.size(); ++n) {
+      INFO("frame of " << f.size() << " truncated to " << n);
+      CHECK(learn(Bytes(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(n))).has_value() == (n >= full));
+    }
+  }
 }
