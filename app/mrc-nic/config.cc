@@ -71,6 +71,17 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--linger", o.linger, "seconds to keep serving telemetry after the workload ends")
       ->capture_default_str();
   app.add_option("--telemetry", o.telemetry, "register the /mrc/* telemetry commands")->capture_default_str();
+  app.add_option("--host", o.host, "serve host programs through lib_mrc.so (off while --workload runs)")
+      ->capture_default_str();
+  app.add_option("--run-dir", o.run_dir, "directory of the devices' sockets (default $MRC_RUN_DIR, else /tmp/mrcnic-UID)");
+  app.add_option("--host-prefix-len", o.host_prefix_len,
+                 "IPv4 prefix length of every plane's subnet: a peer named by one GID has the same host bits on "
+                 "every plane")
+      ->capture_default_str()
+      ->check(CLI::Range(8, 30));
+  app.add_option("--resolve-timeout", o.resolve_timeout, "seconds a QP's move to RTR waits for ARP/ND per plane")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 60.0));
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--workload", o.wl.op, "drive writes between two devices: write | write_imm")
       ->check(CLI::IsMember({"write", "write_imm"}));

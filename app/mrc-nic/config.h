@@ -66,6 +66,10 @@ struct Options {
   double linger = 0;
   double link_wait = 10;
   bool telemetry = true;
+  bool host = true;      // serve host programs (lib_mrc.so) when no workload runs
+  std::string run_dir;   // where device sockets go (default $MRC_RUN_DIR, else /tmp/mrcnic-UID)
+  uint32_t host_prefix_len = 24;  // IPv4 plane subnets: the peer keeps its host bits on every plane
+  double resolve_timeout = 1;     // seconds to wait for ARP/ND when a QP goes to RTR
   uint64_t seed = 1;
   WorkloadOptions wl;
 };

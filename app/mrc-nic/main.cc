@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <unistd.h>
+
 #include <csignal>
 #include <memory>
 #include <thread>
@@ -15,7 +17,9 @@
 #include "config.h"
 #include "dpdk/eal.h"
 #include "dpdk/nic.h"
+#include "dpdk/host_service.h"
 #include "dpdk/telemetry.h"
+#include "host/abi.h"
 #include "workload.h"
 
 namespace {
@@ -275,6 +279,27 @@ int run(int argc, char** argv) {
       return 1;
     }
   }
+  for (auto& d : nic->devices())
+    for (const auto& n : b.neighbours) d->add_static_neighbour(n.ip, n.mac);
+  std::unique_ptr<dp::HostService> host;
+  if (!wl && o.host) {
+    dp::HostOptions ho;
+    ho.run_dir = o.run_dir.empty() ? host::abi::run_dir(getuid()) : o.run_dir;
+    ho.qp_defaults = b.qp_attr;
+    ho.max_caps = b.qp_caps;
+    ho.prefix_len_v4 = o.host_prefix_len;
+    ho.resolve_timeout_s = o.resolve_timeout;
+    try {
+      host = std::make_unique<dp::HostService>(*nic, ho);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "mrc-nic: {}\n", e.what());
+      dp::unregister_telemetry();
+      return 1;
+    }
+    host->start();
+    for (auto& d : nic->devices())
+      fmt::print(stderr, "mrc-nic: serving {} to host programs at {}\n", d->name(), host->socket_path(d->name()));
+  }
   nic->start();
   if (wl) wl->begin();
 
@@ -316,12 +341,17 @@ int run(int argc, char** argv) {
   std::optional<nicapp::WorkloadResult> result;
   if (wl) result = wl->finish();
   const double seconds = elapsed();
+  if (host) host->stop();
   // Final figures come from a quiet datapath, so they agree with each other.
   nic->stop();
   // A closing row only when it covers enough time to be a rate.
   if (o.stats_interval > 0 && seconds >= next_row - o.stats_interval / 2)
     table.row(seconds, wl ? wl->bytes_completed() : 0);
   print_final_counters(*nic);
+  if (host)
+    for (size_t i = 0; i < size_t(dp::HostCtr::count); ++i)
+      if (const uint64_t v = host->counters()[dp::HostCtr(i)])
+        fmt::print(stderr, "  host_{:<27} {}\n", dp::kHostCtrNames[i], v);
   if (result) {
     fmt::print(stderr, "mrc-nic: integrity {}{}\n", result->integrity_ok ? "OK" : "FAILED",
                result->first_error.empty() ? "" : " (" + result->first_error + ")");

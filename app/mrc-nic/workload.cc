@@ -270,7 +270,7 @@ struct Workload::Impl {
     if (!src) return "workload: out of memory for the source patterns";
     std::memcpy(src, patterns.data(), patterns.size());
     uint32_t rkey = 0;
-    if (!from->reg_mr(1, src, uint64_t(K) * wl.size, engine::kAccessLocalWrite, src_lkey, rkey))
+    if (!from->reg_mr(1, src, reinterpret_cast<uintptr_t>(src), uint64_t(K) * wl.size, engine::kAccessLocalWrite, src_lkey, rkey))
       return "workload: cannot register the source region";
     auto& shards = from->shards();
     for (size_t k = 0; k < shards.size(); ++k) req_apps.push_back(std::make_unique<RequesterApp>(*this));
@@ -293,7 +293,7 @@ struct Workload::Impl {
     dst_len = uint64_t(wl.qps) * wl.depth * wl.size;
     dst = alloc_region(dst_len);
     if (!dst) return "workload: out of memory for the responder region";
-    if (!to->reg_mr(1, dst, dst_len, engine::kAccessLocalWrite | engine::kAccessRemoteWrite, dst_lkey, dst_rkey))
+    if (!to->reg_mr(1, dst, reinterpret_cast<uintptr_t>(dst), dst_len, engine::kAccessLocalWrite | engine::kAccessRemoteWrite, dst_lkey, dst_rkey))
       return "workload: cannot register the responder region";
     auto& shards = to->shards();
     for (size_t k = 0; k < shards.size(); ++k) resp_apps.push_back(std::make_unique<ResponderApp>(*this));

@@ -41,6 +41,9 @@ constexpr uint16_t kRxDesc = 512;
 constexpr uint16_t kTxDesc = 512;
 constexpr Nanos kTxDrainNs = 10'000;  // staged frames wait at most this long for company
 constexpr size_t kEvLogSize = 1024;
+constexpr size_t kMaxNeighbours = 4096;  // learning stops adding IPs here (a flood cannot grow it further)
+constexpr auto kResolveRetry = std::chrono::milliseconds(100);
+constexpr auto kResolvePoll = std::chrono::milliseconds(1);
 
 // TSC to nanoseconds since the NIC started (a double keeps ns exact for
 // months of uptime).
@@ -154,6 +157,7 @@ struct Shard::Impl final : engine::Env {
   rte_ring* steer = nullptr;         // frames for this shard's QPs from other lcores
   std::array<nic::PlaneIdentity, engine::kMaxPlanes> ident{};
   std::vector<engine::Completion> completions;
+  std::vector<std::pair<uint32_t, engine::WcStatus>> qp_errors;
   std::vector<EvEventRecord> ev_log;  // ring of kEvLogSize
   size_t ev_log_next = 0;
   uint64_t capture_t0_ns = 0;  // wall clock at the NIC's time 0, for pcap timestamps
@@ -203,6 +207,7 @@ struct Shard::Impl final : engine::Env {
     transmit(plane, m);
   }
   void complete(const engine::Completion& c) override { completions.push_back(c); }
+  void qp_error(uint32_t qpn, engine::WcStatus why) override { qp_errors.emplace_back(qpn, why); }
   void ev_event(uint32_t qpn, uint32_t ev, engine::EvState from, engine::EvState to, uint64_t drops) override {
     EvEventRecord r{now, qpn, ev, from, to, drops};
     if (ev_log.size() < kEvLogSize)
@@ -310,6 +315,7 @@ struct Shard::Impl final : engine::Env {
   void drain_completions() {
     if (!s.app_) {
       completions.clear();
+      qp_errors.clear();
       return;
     }
     // The app may post work whose errors complete at once: index, not iterators.
@@ -318,6 +324,11 @@ struct Shard::Impl final : engine::Env {
       s.app_->on_completion(s, c, now);
     }
     completions.clear();
+    for (size_t i = 0; i < qp_errors.size(); ++i) {
+      const auto [qpn, why] = qp_errors[i];
+      s.app_->on_qp_error(s, qpn, why);
+    }
+    qp_errors.clear();
   }
 
   // One received frame, already known to belong to this shard's device.
@@ -344,13 +355,20 @@ struct Shard::Impl final : engine::Env {
       switch (nic::classify(ident[plane], frame, reply, reply_len)) {
         case nic::LinkVerdict::roce: break;
         case nic::LinkVerdict::replied: {
+          // A request for us also tells us the asker's binding (RFC 826's
+          // merge, RFC 4861 7.2.3); the frame is counted as the reply.
+          learn_from(plane, frame);
           s.ctr_.inc(wire::load_be<2>(&reply[12]) == 0x0806 ? ShardCtr::arp_replies : ShardCtr::nd_replies);
           rte_pktmbuf_free(m);
           send_raw(plane, std::span<const uint8_t>(reply.data(), reply_len));
           return;
         }
         case nic::LinkVerdict::not_ours:
-          count_drop(plane, ShardCtr::rx_drop_not_ours);
+          // ARP replies and Neighbour Advertisements land here: used, not dropped.
+          if (learn_from(plane, frame))
+            s.ctr_.inc(ShardCtr::neighbours_learned);
+          else
+            count_drop(plane, ShardCtr::rx_drop_not_ours);
           rte_pktmbuf_free(m);
           return;
         case nic::LinkVerdict::malformed:
@@ -379,7 +397,22 @@ struct Shard::Impl final : engine::Env {
     rte_pktmbuf_free(m);
     // The app sees a completion before any later frame can touch the same
     // memory (a peer may reuse a buffer as soon as it is acknowledged).
-    if (!completions.empty()) drain_completions();
+    if (!completions.empty() || !qp_errors.empty()) drain_completions();
+  }
+
+  // Records the binding an ARP/ND frame tells us of, if any; true if it
+  // entered the device's neighbour table.
+  bool learn_from(uint32_t plane, std::span<const uint8_t> frame) {
+    const auto fact = nic::learn_neighbour(ident[plane], frame);
+    if (!fact) return false;
+    wire::IpAddr ip;
+    if (fact->ipv4)
+      ip = wire::IpAddr::from_v4(*fact->ipv4);
+    else if (fact->ipv6)
+      ip.bytes = *fact->ipv6;
+    else
+      return false;
+    return dev.learn_neighbour(ip, fact->mac);
   }
 
   void send_raw(uint32_t plane, std::span<const uint8_t> frame) {
@@ -627,15 +660,87 @@ std::vector<std::pair<std::string, uint64_t>> Device::port_stats(uint32_t plane)
           {"port_ierrors", st.ierrors},   {"port_oerrors", st.oerrors},   {"port_rx_nombuf", st.rx_nombuf}};
 }
 
-bool Device::reg_mr(uint32_t pd, void* ptr, uint64_t len, uint32_t access, uint32_t& lkey, uint32_t& rkey) {
+bool Device::reg_mr(uint32_t pd, void* ptr, uint64_t iova, uint64_t len, uint32_t access, uint32_t& lkey,
+                    uint32_t& rkey) {
   bool ok = false;
-  const uint64_t iova = reinterpret_cast<uintptr_t>(ptr);
   shards_[0]->call([&] { ok = shards_[0]->engine().reg_mr(pd, ptr, iova, len, access, lkey, rkey); });
+  if (!ok) return false;
   for (size_t k = 1; ok && k < shards_.size(); ++k) {
     Shard* s = shards_[k].get();
     s->call([&] { ok = s->engine().import_mr(pd, ptr, iova, len, access, lkey, rkey); });
   }
+  if (!ok) dereg_mr(lkey);
   return ok;
+}
+
+void Device::dereg_mr(uint32_t lkey) {
+  for (auto& sp : shards_) {
+    Shard* s = sp.get();
+    s->call([&] { s->engine().dereg_mr(lkey); });
+  }
+}
+
+void Device::add_static_neighbour(const wire::IpAddr& ip, uint64_t mac) {
+  std::lock_guard<std::mutex> g(neigh_mu_);
+  neigh_[ip.bytes] = NeighbourEntry{mac, true};
+}
+
+bool Device::learn_neighbour(const wire::IpAddr& ip, uint64_t mac) {
+  std::lock_guard<std::mutex> g(neigh_mu_);
+  auto it = neigh_.find(ip.bytes);
+  if (it != neigh_.end()) {
+    if (it->second.is_static) return it->second.mac == mac;
+    it->second.mac = mac;
+    return true;
+  }
+  if (neigh_.size() >= kMaxNeighbours) return false;
+  neigh_.emplace(ip.bytes, NeighbourEntry{mac, false});
+  return true;
+}
+
+std::optional<uint64_t> Device::neighbour(const wire::IpAddr& ip) const {
+  std::lock_guard<std::mutex> g(neigh_mu_);
+  auto it = neigh_.find(ip.bytes);
+  if (it == neigh_.end()) return std::nullopt;
+  return it->second.mac;
+}
+
+std::optional<uint64_t> Device::resolve(uint32_t plane, const wire::IpAddr& ip, double timeout_s) {
+  if (auto mac = neighbour(ip)) return mac;
+  if (plane >= num_planes() || shards_.empty() || !(timeout_s > 0) || !nic_.running()) return std::nullopt;
+  // A worker waiting here would never serve its own mailbox, nor receive
+  // the answer.
+  const unsigned self = rte_lcore_id();
+  if (std::find(nic_.worker_lcores_.begin(), nic_.worker_lcores_.end(), self) != nic_.worker_lcores_.end())
+    return std::nullopt;
+  const nic::PlaneIdentity me = identity_of(plane_addr(plane));
+  std::array<uint8_t, nic::kLinkReplyCapacity> query;
+  const bool v4 = ip.is_v4();
+  const size_t len =
+      v4 ? nic::build_arp_request(me, ip.v4(), query) : nic::build_neighbour_solicitation(me, ip.bytes, query);
+  if (!len) return std::nullopt;
+  // Shard 0 owns TX queue 0 of every plane, so its frames go straight to
+  // the port, the way its ARP replies do.
+  Shard* s = shards_[0].get();
+  const std::function<void()> ask = [&] {
+    s->impl_->send_raw(plane, std::span<const uint8_t>(query.data(), len));
+    s->ctr_.inc(v4 ? ShardCtr::arp_requests : ShardCtr::nd_solicits);
+  };
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto until =
+      start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 3600.0)));
+  auto next_ask = start;
+  for (;;) {
+    if (!nic_.running()) return neighbour(ip);
+    if (Clock::now() >= next_ask) {
+      s->call(ask);
+      next_ask = Clock::now() + kResolveRetry;
+    }
+    std::this_thread::sleep_for(kResolvePoll);
+    if (auto mac = neighbour(ip)) return mac;
+    if (Clock::now() >= until) return std::nullopt;
+  }
 }
 
 // ---------------------------------------------------------------------------

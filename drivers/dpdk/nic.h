@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,6 +63,8 @@ class ShardApp {
   // Returns true if it gave the engine work (the shard then re-reads the
   // engine's timers: a post arms the retransmit timer).
   virtual bool on_poll(Shard& s, engine::Nanos now) = 0;
+  // A QP entered ERROR on its own (retries exhausted, remote error).
+  virtual void on_qp_error(Shard& /*s*/, uint32_t /*qpn*/, engine::WcStatus /*why*/) {}
 };
 
 struct EvEventRecord {
@@ -96,6 +99,8 @@ class Shard {
   void flush_all(engine::Nanos now);
 
   const ShardCounters& counters() const { return ctr_; }
+  // For the app running on this shard's lcore (the counters' one writer).
+  void count(ShardCtr c, uint64_t n = 1) { ctr_.inc(c, n); }
   const PlaneCounters& plane_counters(uint32_t plane) const { return plane_ctr_[plane]; }
   // EV events seen so far, newest last (bounded).
   std::vector<EvEventRecord> ev_events() const;
@@ -154,8 +159,30 @@ class Device {
   // pool ran dry), as name/value pairs.
   std::vector<std::pair<std::string, uint64_t>> port_stats(uint32_t plane) const;
 
-  // Registers memory in every shard under one set of keys.
-  bool reg_mr(uint32_t pd, void* ptr, uint64_t len, uint32_t access, uint32_t& lkey, uint32_t& rkey);
+  // Registers memory in every shard under one set of keys; `iova` is the
+  // address WRs and peers name it by.
+  bool reg_mr(uint32_t pd, void* ptr, uint64_t iova, uint64_t len, uint32_t access, uint32_t& lkey, uint32_t& rkey);
+  // Removes it from every shard; once this returns no lcore touches it.
+  void dereg_mr(uint32_t lkey);
+
+  // The neighbour table: peers' MACs by IP, for addressing host QPs by IP
+  // only. One table per device (an address names one peer whatever the
+  // plane). Entries come from static configuration and from ARP/ND the
+  // lcores receive (replies to resolve() and peers' own requests); learned
+  // entries follow the latest frame, static ones never change by learning.
+  //
+  // Sets a static entry for `ip`, replacing any entry it had.
+  void add_static_neighbour(const wire::IpAddr& ip, uint64_t mac);
+  // The MAC known for `ip`, if any. Any thread.
+  std::optional<uint64_t> neighbour(const wire::IpAddr& ip) const;
+  // The MAC of `ip` as seen from `plane`: the known one at once; otherwise
+  // sends an ARP request (IPv4) or Neighbour Solicitation (IPv6) out of the
+  // plane, repeated every 100 ms, and waits for an answer up to `timeout_s`
+  // seconds. nullopt on timeout, when the plane has no address of the
+  // target's family, or when the workers are not running (nothing could
+  // answer). Control threads only: from an lcore it returns the known MAC
+  // or nullopt without asking (waiting there would stall the shards).
+  std::optional<uint64_t> resolve(uint32_t plane, const wire::IpAddr& ip, double timeout_s);
 
  private:
   friend class Shard;
@@ -167,6 +194,18 @@ class Device {
   std::array<std::atomic<bool>, engine::kMaxPlanes> link_up_{};
   // Fault parameters change from the control thread; workers read them.
   std::array<std::atomic<uint64_t>, engine::kMaxPlanes> drop_ppb_{}, corrupt_ppb_{}, delay_ns_{};
+  // Records a binding an lcore learned from an ARP/ND frame. False if a
+  // static entry keeps another MAC for the IP, or the table is full and the
+  // IP is new.
+  bool learn_neighbour(const wire::IpAddr& ip, uint64_t mac);
+  // Written by lcores (only for ARP/ND frames that teach a binding, never on
+  // the RoCEv2 path) and the control thread; read by control and telemetry.
+  struct NeighbourEntry {
+    uint64_t mac = 0;
+    bool is_static = false;
+  };
+  mutable std::mutex neigh_mu_;
+  std::map<std::array<uint8_t, 16>, NeighbourEntry> neigh_;  // by IpAddr::bytes
 };
 
 class Nic {

@@ -23,6 +23,9 @@ namespace mrc::dp {
   X(rx_drop_link_down, "frames dropped: plane link down (fault injection)")        \
   X(arp_replies, "ARP replies sent")                                               \
   X(nd_replies, "IPv6 neighbour advertisements sent")                              \
+  X(arp_requests, "ARP requests sent (resolving a peer)")                          \
+  X(nd_solicits, "IPv6 neighbour solicitations sent (resolving a peer)")           \
+  X(neighbours_learned, "ARP/ND frames whose sender binding entered the table")    \
   X(tx_frames, "frames sent to ports")                                             \
   X(tx_bytes, "bytes sent to ports")                                               \
   X(tx_drop_no_mbuf, "frames not sent: mempool empty")                             \
@@ -33,7 +36,17 @@ namespace mrc::dp {
   X(tx_drop_delay_full, "frames dropped: injected-delay queue full")               \
   X(tx_drop_port_full, "frames dropped at shutdown: the port never took them")     \
   X(capture_errors, "frames the capture could not write")                          \
-  X(port_faults, "bursts cut short by a fault: the peer unmapped shared memory")
+  X(port_faults, "bursts cut short by a fault: the peer unmapped shared memory")   \
+  X(host_sqe, "send WQEs taken from host SQs")                                      \
+  X(host_rqe, "receive WQEs taken from host RQs")                                   \
+  X(host_cqe, "completions written to host CQs")                                    \
+  X(host_sq_flushed, "send WQEs completed as flushed: QP in ERROR")                 \
+  X(host_bad_sq_index, "host QPs failed: SQ producer index out of range")           \
+  X(host_bad_rq_index, "host QPs failed: RQ producer index out of range")           \
+  X(host_bad_cq_index, "host CQs failed: consumer index out of range")              \
+  X(host_cq_overflow, "host CQs failed: full when a completion arrived")            \
+  X(host_cqe_dropped, "completions dropped: their CQ had failed")                   \
+  X(host_channel_signals, "completion channel events signalled")
 
 #define MRC_PLANE_COUNTERS(X)     \
   X(rx_frames, "frames received") \
@@ -42,15 +55,28 @@ namespace mrc::dp {
   X(tx_bytes, "bytes sent")       \
   X(drops, "frames dropped on this plane")
 
+// Written by the host service's control thread.
+#define MRC_HOST_COUNTERS(X)                                                     \
+  X(clients_connected, "host clients that connected")                            \
+  X(clients_reclaimed, "host clients gone; their QPs, CQs and MRs reclaimed")     \
+  X(bad_requests, "control requests refused as malformed")                       \
+  X(requests_failed, "control requests that failed (errno returned)")            \
+  X(bad_memfds, "memory refused: not a sealed memfd of the announced size")      \
+  X(mrs_registered, "memory regions registered")                                 \
+  X(qps_created, "host QPs created")                                             \
+  X(async_events, "async events sent to clients")
+
 #define MRC_X_ENUM(name, ...) name,
 enum class ShardCtr : uint16_t { MRC_SHARD_COUNTERS(MRC_X_ENUM) count };
 enum class PlaneCtr : uint16_t { MRC_PLANE_COUNTERS(MRC_X_ENUM) count };
+enum class HostCtr : uint16_t { MRC_HOST_COUNTERS(MRC_X_ENUM) count };
 #undef MRC_X_ENUM
 #define MRC_X_NAME(name, ...) #name,
 inline constexpr std::array<std::string_view, size_t(ShardCtr::count)> kShardCtrNames = {
     MRC_SHARD_COUNTERS(MRC_X_NAME)};
 inline constexpr std::array<std::string_view, size_t(PlaneCtr::count)> kPlaneCtrNames = {
     MRC_PLANE_COUNTERS(MRC_X_NAME)};
+inline constexpr std::array<std::string_view, size_t(HostCtr::count)> kHostCtrNames = {MRC_HOST_COUNTERS(MRC_X_NAME)};
 #undef MRC_X_NAME
 
 template <class E>
@@ -66,5 +92,6 @@ struct AtomicCounters {
 
 using ShardCounters = AtomicCounters<ShardCtr>;
 using PlaneCounters = AtomicCounters<PlaneCtr>;
+using HostCounters = AtomicCounters<HostCtr>;
 
 }  // namespace mrc::dp

@@ -103,8 +103,9 @@ common_checks() {
     drops=0
     for k in "${!R[@]}"; do [[ $k == $dev.nic_rx_drop_* ]] && drops=$((drops + R[$k])); done
     check "$dev: nic_rx_frames $(r $dev.nic_rx_frames) == rx_to_engine $(r $dev.nic_rx_to_engine) \
-+ nic_rx_drop_* $drops + arp_replies $(r $dev.nic_arp_replies) + nd_replies $(r $dev.nic_nd_replies)" \
-      test "$(r $dev.nic_rx_frames)" -eq $(($(r $dev.nic_rx_to_engine) + drops + $(r $dev.nic_arp_replies) + $(r $dev.nic_nd_replies)))
++ nic_rx_drop_* $drops + arp_replies $(r $dev.nic_arp_replies) + nd_replies $(r $dev.nic_nd_replies) \
++ neighbours_learned $(r $dev.nic_neighbours_learned)" \
+      test "$(r $dev.nic_rx_frames)" -eq $(($(r $dev.nic_rx_to_engine) + drops + $(r $dev.nic_arp_replies) + $(r $dev.nic_nd_replies) + $(r $dev.nic_neighbours_learned)))
     planes=0
     for p in 0 1 2; do planes=$((planes + $(r $dev.plane$p.rx_frames))); done
     check "$dev: nic_rx_frames $(r $dev.nic_rx_frames) == sum of the planes' rx_frames $planes" \

@@ -1,0 +1,324 @@
+// Contexts on mrc-nic devices: the control connection, and memory
+// registration by remapping the program's pages onto shared memory.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "internal.h"
+
+namespace mrc::lib {
+
+int fail(int err) {
+  errno = err;
+  return err;
+}
+
+void complain(const std::string& what) {
+  static const bool quiet = [] {
+    const char* q = std::getenv("MRC_QUIET");
+    return q && *q && *q != '0';
+  }();
+  if (!quiet) std::fprintf(stderr, "lib_mrc: %s\n", what.c_str());
+}
+
+namespace {
+
+std::mutex g_devices_mu;
+std::vector<Device*> g_devices;  // never freed: programs may keep device pointers
+
+int connect_to(const std::string& path) {
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (path.size() >= sizeof sa.sun_path) return -1;
+  std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds) {
+  iovec iov{const_cast<abi::Request*>(&rq), sizeof rq};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  alignas(cmsghdr) char ctl[CMSG_SPACE(2 * sizeof(int))];
+  if (nfds > 0) {
+    m.msg_control = ctl;
+    m.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+    cmsghdr* c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    std::memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+  }
+  ssize_t n;
+  do n = sendmsg(fd, &m, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n == ssize_t(sizeof rq);
+}
+
+}  // namespace
+
+Device* find_or_add_device(const std::string& name, const std::string& socket_path) {
+  std::lock_guard<std::mutex> g(g_devices_mu);
+  for (Device* d : g_devices)
+    if (name == d->dev.name) {
+      d->socket_path = socket_path;
+      return d;
+    }
+  auto* d = new (std::nothrow) Device;
+  if (!d) return nullptr;
+  d->dev.node_type = IBV_NODE_CA;
+  d->dev.transport_type = IBV_TRANSPORT_IB;  // what RoCE devices report
+  std::snprintf(d->dev.name, sizeof d->dev.name, "%s", name.c_str());
+  std::snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "%s", name.c_str());
+  std::snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "%s", socket_path.c_str());
+  std::snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", socket_path.c_str());
+  d->socket_path = socket_path;
+  g_devices.push_back(d);
+  return d;
+}
+
+Device* as_device(ibv_device* dev) {
+  std::lock_guard<std::mutex> g(g_devices_mu);
+  for (Device* d : g_devices)
+    if (&d->dev == dev) return d;
+  return nullptr;
+}
+
+Context* Context::from(ibv_context* c) {
+  if (!c || !as_device(c->device)) return nullptr;
+  auto* shell = reinterpret_cast<ContextShell*>(reinterpret_cast<char*>(c) - offsetof(ContextShell, vctx) -
+                                                offsetof(verbs_context, context));
+  return shell->self;
+}
+
+Context* Context::open(Device* d) {
+  auto* c = new (std::nothrow) Context;
+  if (!c) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  c->shell = new (std::nothrow) ContextShell{};
+  if (!c->shell) {
+    delete c;
+    errno = ENOMEM;
+    return nullptr;
+  }
+  c->shell->self = c;
+  c->device = d;
+  c->fd = connect_to(d->socket_path);
+  if (c->fd < 0) {
+    const int e = errno;
+    complain(std::string("cannot reach device ") + d->dev.name + " at " + d->socket_path + ": " + std::strerror(e) +
+             " (is its mrc-nic running?)");
+    delete c;
+    errno = ENODEV;
+    return nullptr;
+  }
+  abi::Request rq{};
+  rq.op = abi::Op::hello;
+  rq.hello = {abi::kAbiVersion, uint32_t(getpid())};
+  abi::Response rs{};
+  if (int e = c->call(rq, rs); e) {
+    delete c;
+    errno = e;
+    return nullptr;
+  }
+  c->info = rs.device;
+  // The second connection carries async events; the token ties it to us.
+  c->events_fd = connect_to(d->socket_path);
+  if (c->events_fd >= 0) {
+    abi::Request ev{};
+    ev.op = abi::Op::events;
+    ev.events_token = c->info.events_token;
+    if (!send_request(c->events_fd, ev, nullptr, 0)) {
+      close(c->events_fd);
+      c->events_fd = -1;
+    }
+  }
+  ibv_context& vc = *c->verbs();
+  vc.device = &d->dev;
+  vc.cmd_fd = c->fd;
+  vc.async_fd = c->events_fd;
+  vc.num_comp_vectors = 1;
+  pthread_mutex_init(&vc.mutex, nullptr);
+  vc.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c->shell->vctx.sz = sizeof(verbs_context);
+  return c;
+}
+
+Context::~Context() {
+  delete shell;
+  if (events_fd >= 0) close(events_fd);
+  if (fd >= 0) close(fd);
+}
+
+int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!send_request(fd, rq, fds, nfds)) {
+    complain(std::string("device ") + device->dev.name + " went away");
+    return EIO;
+  }
+  ssize_t n;
+  do n = recv(fd, &rs, sizeof rs, 0);
+  while (n < 0 && errno == EINTR);
+  if (n != ssize_t(sizeof rs)) {
+    complain(std::string("device ") + device->dev.name + " went away");
+    return EIO;
+  }
+  if (rs.err) {
+    rs.message[sizeof rs.message - 1] = 0;
+    complain(std::string(device->dev.name) + ": " + rs.message);
+  }
+  return rs.err;
+}
+
+int make_shared_memory(const char* name, size_t bytes, void*& p) {
+  const int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  if (ftruncate(fd, off_t(bytes)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    const int e = errno;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
+}
+
+ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (!addr || !length) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t start = a & ~(page - 1);
+  const uintptr_t end = (a + length + page - 1) & ~(page - 1);
+  if (end <= start) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* m = new (std::nothrow) Mr;
+  if (!m) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  std::unique_lock<std::mutex> g(mu);
+  Segment* seg = nullptr;
+  for (Segment& s : segments)
+    if (s.start <= start && end <= s.end) seg = &s;
+  for (Segment& s : segments)
+    if (!seg && start < s.end && s.start < end) {
+      complain("cannot register a region that partly overlaps an earlier registration's pages; "
+               "register the union once instead");
+      delete m;
+      errno = EINVAL;
+      return nullptr;
+    }
+  int fd = -1;
+  Segment fresh;
+  if (!seg) {
+    // The NIC must see the program's own pages with no copy per packet:
+    // move them onto a memfd both sides map, at the same address here.
+    std::vector<unsigned char> resident((end - start) / page);
+    if (mincore(reinterpret_cast<void*>(start), end - start, resident.data()) != 0) {
+      complain("cannot register memory that is not mapped");
+      delete m;
+      errno = EFAULT;
+      return nullptr;
+    }
+    void* shadow = nullptr;
+    fd = make_shared_memory("mrc-mr", end - start, shadow);
+    if (fd < 0) {
+      delete m;
+      return nullptr;
+    }
+    std::memcpy(shadow, reinterpret_cast<void*>(start), end - start);
+    munmap(shadow, end - start);
+    if (mmap(reinterpret_cast<void*>(start), end - start, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+        MAP_FAILED) {
+      const int e = errno;
+      close(fd);
+      delete m;
+      errno = e;
+      return nullptr;
+    }
+    fresh = {start, end, next_segment++, 0};
+  }
+  abi::Request rq{};
+  rq.op = abi::Op::reg_mr;
+  rq.reg_mr.pd = pd->handle;
+  rq.reg_mr.access = access;
+  rq.reg_mr.iova = iova;
+  rq.reg_mr.length = length;
+  rq.reg_mr.segment = seg ? seg->id : fresh.id;
+  rq.reg_mr.offset = a - (seg ? seg->start : fresh.start);
+  rq.reg_mr.new_segment_bytes = seg ? 0 : end - start;
+  g.unlock();
+  abi::Response rs{};
+  const int err = call(rq, rs, fd >= 0 ? &fd : nullptr, fd >= 0 ? 1 : 0);
+  if (fd >= 0) close(fd);
+  g.lock();
+  if (err) {
+    delete m;
+    errno = err;
+    return nullptr;
+  }
+  if (!seg) {
+    segments.push_back(fresh);
+    seg = &segments.back();
+  }
+  ++seg->refs;
+  m->handle = rs.mr.handle;
+  m->segment = seg->id;
+  m->mr.context = verbs();
+  m->mr.pd = &pd->pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.handle = rs.mr.handle;
+  m->mr.lkey = rs.mr.lkey;
+  m->mr.rkey = rs.mr.rkey;
+  return &m->mr;
+}
+
+int Context::dereg_mr(Mr* m) {
+  abi::Request rq{};
+  rq.op = abi::Op::dereg_mr;
+  rq.handle = m->handle;
+  abi::Response rs{};
+  if (int e = call(rq, rs); e) return fail(e);
+  std::lock_guard<std::mutex> g(mu);
+  for (size_t i = 0; i < segments.size(); ++i)
+    if (segments[i].id == m->segment && --segments[i].refs == 0) {
+      // The pages stay memfd-backed (the program's data is intact); only
+      // the bookkeeping goes.
+      segments.erase(segments.begin() + long(i));
+      break;
+    }
+  delete m;
+  return 0;
+}
+
+}  // namespace mrc::lib

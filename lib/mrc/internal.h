@@ -1,0 +1,156 @@
+// lib_mrc.so's objects: what sits behind the verbs and mrc handles a
+// program holds for an mrc-nic device.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "host/abi.h"
+#include "mrc.h"
+
+#define MRC_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace mrc::lib {
+
+namespace abi = host::abi;
+
+// Sets errno and returns the value verbs-style calls return on failure.
+int fail(int err);
+// Prints why a call failed (MRC_QUIET=1 silences it).
+void complain(const std::string& what);
+
+struct Device {
+  ibv_device dev{};  // first: programs hold &dev
+  std::string socket_path;
+};
+
+// Devices by name, created once and kept for the process's life (verbs
+// programs may hold device pointers after freeing the list).
+Device* find_or_add_device(const std::string& name, const std::string& socket_path);
+Device* as_device(ibv_device* d);
+
+class Context;
+
+struct Pd {
+  ibv_pd pd{};  // first
+  uint32_t handle = 0;
+};
+
+struct Mr {
+  ibv_mr mr{};  // first
+  uint32_t handle = 0;
+  uint32_t segment = 0;
+};
+
+// A page-aligned stretch of the program's memory now backed by a memfd the
+// NIC maps too (registration remaps it in place).
+struct Segment {
+  uintptr_t start = 0, end = 0;
+  uint32_t id = 0;
+  uint32_t refs = 0;
+};
+
+// What a program's ibv_context points into: libibverbs' inline wrappers
+// find the extended ops in front of it.
+struct ContextShell {
+  verbs_context vctx;
+  Context* self;
+};
+
+// A verbs context on one mrc-nic device: the control connection and every
+// object created through it.
+class Context {
+ public:
+  ContextShell* shell = nullptr;  // programs hold &shell->vctx.context
+  ibv_context* verbs() { return &shell->vctx.context; }
+  Device* device = nullptr;
+  abi::DeviceInfo info{};
+  int fd = -1;         // control socket
+  int events_fd = -1;  // async events
+
+  static Context* from(ibv_context* c);  // null when not ours
+  static Context* open(Device* d);
+  ~Context();
+
+  // One request and its response; returns 0 or an errno value (and says why).
+  int call(abi::Request& rq, abi::Response& rs, const int* fds = nullptr, int nfds = 0);
+
+  ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
+  int dereg_mr(Mr* mr);
+
+  std::mutex mu;  // control calls and segment bookkeeping
+  std::vector<Segment> segments;
+  uint32_t next_segment = 1;
+  std::map<uint32_t, mrc_qp*> qps;  // by handle, for async events
+  std::map<uint32_t, mrc_cq*> cqs;
+};
+
+// Maps a fresh memfd of `bytes`, sealed so it can neither shrink nor grow;
+// returns the fd (or -1, errno set) and the mapping in `p`.
+int make_shared_memory(const char* name, size_t bytes, void*& p);
+
+}  // namespace mrc::lib
+
+// The mrc.h handles.
+struct mrc_context {
+  mrc::lib::Context* ctx;
+  uint32_t api_version;
+  uint32_t vendor_api_version;
+};
+
+struct mrc_comp_channel {
+  mrc_context* mctx;
+  int efd;
+  std::mutex mu;
+  std::vector<mrc_cq*> cqs;
+};
+
+struct mrc_cq {
+  mrc_context* mctx;
+  uint32_t handle;
+  uint32_t depth;
+  void* mem;
+  size_t mem_bytes;
+  mrc::host::abi::QueueHeader* hdr;
+  mrc::host::abi::Cqe* ring;
+  uint32_t cons;
+  uint32_t arm_sn;
+  uint32_t seen_fired;
+  void* cq_context;
+  mrc_comp_channel* channel;
+  std::atomic<uint32_t> events_delivered;
+  std::atomic<uint32_t> events_acked;
+  std::atomic_flag lock = ATOMIC_FLAG_INIT;
+};
+
+struct mrc_qp_hint {
+  mrc_context* mctx;
+  mrc_qp_hint_attr attr;
+  std::atomic<uint32_t> users;
+};
+
+struct mrc_qp {
+  mrc_context* mctx;
+  uint32_t handle;
+  uint32_t qpn;
+  mrc_qp_init_attr init;
+  void* mem;
+  size_t mem_bytes;
+  mrc::host::abi::QueueHeader* sq_hdr;
+  mrc::host::abi::Sqe* sq;
+  uint32_t sq_depth, sq_prod;
+  mrc::host::abi::QueueHeader* rq_hdr;
+  mrc::host::abi::Rqe* rq;
+  uint32_t rq_depth, rq_prod;
+  std::atomic<uint32_t> state;  // enum ibv_qp_state, as last set through us
+  std::atomic_flag sq_lock = ATOMIC_FLAG_INIT;
+  std::atomic_flag rq_lock = ATOMIC_FLAG_INIT;
+  mrc_qp_hint* hint;
+  mrc_qp_attr mrc_attr;  // what was last set (for query)
+};

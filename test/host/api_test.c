@@ -1,0 +1,1169 @@
+/*
+ * api_test: exercises the MRC application API (mrc.h) of lib_mrc.so end to
+ * end between two devices in one process.
+ *
+ *   api_test DEV_A DEV_B IPV4_A IPV4_B
+ *
+ * DEV_A is the requester and DEV_B the responder of every QP pair. Each
+ * check prints "ok - <what>" or "not ok - <what>: <details>"; the exit
+ * status is 0 only if every check passed. Every wait for a completion or an
+ * event is bounded, so a hang shows up as a failure.
+ *
+ * Plain C11 (gnu11) against mrc.h, mrc_ctl.h and libibverbs' verbs.h only.
+ */
+#define _GNU_SOURCE
+
+#include <mrc.h>
+#include <mrc_ctl.h>
+#include <infiniband/verbs.h>
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PORT_NUM	1
+#define GID_INDEX	3
+#define TIMEOUT_MS	5000
+#define QUIET_MS	200		/* how long "no completion" is watched */
+#define SRC_LEN		(2u << 20)	/* requester's buffer */
+#define DST_LEN		(2u << 20)	/* responder's buffer */
+#define BIG_LEN		(1u << 20)	/* the multi-packet write */
+#define SQ_DEPTH	64
+#define RQ_DEPTH	64
+
+/* ------------------------------------------------------------ reporting */
+
+static int n_pass, n_fail;
+
+static void __attribute__((format(printf, 3, 4)))
+report(int pass, const char *what, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (pass) {
+		printf("ok - %s\n", what);
+		n_pass++;
+	} else {
+		printf("not ok - %s: ", what);
+		va_start(ap, fmt);
+		vprintf(fmt, ap);
+		va_end(ap);
+		printf("\n");
+		n_fail++;
+	}
+	fflush(stdout);
+}
+
+/*
+ * Reports an API call by its return value. Verbs-style calls return an errno
+ * value, MRC calls -1 with errno set; both are shown. Returns 0 on success.
+ */
+static int api(int rc, const char *what)
+{
+	int e = errno;
+
+	if (rc == 0) {
+		report(1, what, "%s", "");
+		return 0;
+	}
+	report(0, what, "returned %d, errno %d (%s)", rc, e,
+	       strerror(rc > 0 ? rc : e));
+	return -1;
+}
+
+/* As api() for calls returning a pointer. */
+static int api_ptr(const void *p, const char *what)
+{
+	int e = errno;
+
+	if (p) {
+		report(1, what, "%s", "");
+		return 0;
+	}
+	report(0, what, "returned NULL, errno %d (%s)", e, strerror(e));
+	return -1;
+}
+
+/* Quiet variants for repetitive setup: print only failures. */
+static int step(int rc, const char *tag, const char *what)
+{
+	int e = errno;
+	char buf[160];
+
+	if (rc == 0)
+		return 0;
+	snprintf(buf, sizeof(buf), "%s: %s", tag, what);
+	report(0, buf, "returned %d, errno %d (%s)", rc, e,
+	       strerror(rc > 0 ? rc : e));
+	return -1;
+}
+
+static int step_ptr(const void *p, const char *tag, const char *what)
+{
+	int e = errno;
+	char buf[160];
+
+	if (p)
+		return 0;
+	snprintf(buf, sizeof(buf), "%s: %s", tag, what);
+	report(0, buf, "returned NULL, errno %d (%s)", e, strerror(e));
+	return -1;
+}
+
+/* ------------------------------------------------------------ helpers */
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/*
+ * Collects up to n completions within timeout_ms. Returns how many were
+ * found, or -1 if mrc_poll_cq() failed (reported under `what`).
+ */
+static int wait_cq(struct mrc_cq *cq, struct ibv_wc *wc, int n, int timeout_ms,
+		   const char *what)
+{
+	double end = now_ms() + timeout_ms;
+	int got = 0;
+
+	while (got < n) {
+		int r = mrc_poll_cq(cq, n - got, wc + got);
+
+		if (r < 0) {
+			int e = errno;
+
+			report(0, what, "mrc_poll_cq returned %d, errno %d (%s)",
+			       r, e, strerror(e));
+			return -1;
+		}
+		got += r;
+		if (got >= n || now_ms() > end)
+			break;
+		if (r == 0)
+			sched_yield();
+	}
+	return got;
+}
+
+/* Number of completions that show up within ms (the CQ is drained). */
+static int count_cq(struct mrc_cq *cq, int ms)
+{
+	struct ibv_wc wc[16];
+	double end = now_ms() + ms;
+	int total = 0;
+
+	do {
+		int r = mrc_poll_cq(cq, 16, wc);
+
+		if (r < 0)
+			return -1;
+		total += r;
+		if (r == 0)
+			sched_yield();
+	} while (now_ms() < end);
+	return total;
+}
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		p[i] = (uint8_t)(x >> 24);
+	}
+}
+
+/* Reports whether dst[0..n) equals src[0..n). */
+static void check_bytes(const uint8_t *dst, const uint8_t *src, size_t n,
+			const char *what)
+{
+	size_t i;
+
+	__sync_synchronize();
+	for (i = 0; i < n; i++)
+		if (dst[i] != src[i])
+			break;
+	if (i == n)
+		report(1, what, "%s", "");
+	else
+		report(0, what, "first difference at byte %zu of %zu: got 0x%02x, expected 0x%02x",
+		       i, n, dst[i], src[i]);
+}
+
+static const char *wc_status(enum ibv_wc_status s)
+{
+	return ibv_wc_status_str(s);
+}
+
+static const char *qp_state_name(enum ibv_qp_state s)
+{
+	switch (s) {
+	case IBV_QPS_RESET: return "RESET";
+	case IBV_QPS_INIT: return "INIT";
+	case IBV_QPS_RTR: return "RTR";
+	case IBV_QPS_RTS: return "RTS";
+	case IBV_QPS_SQD: return "SQD";
+	case IBV_QPS_SQE: return "SQE";
+	case IBV_QPS_ERR: return "ERR";
+	default: return "?";
+	}
+}
+
+static int mtu_bytes(enum ibv_mtu m)
+{
+	switch (m) {
+	case IBV_MTU_256: return 256;
+	case IBV_MTU_512: return 512;
+	case IBV_MTU_1024: return 1024;
+	case IBV_MTU_2048: return 2048;
+	case IBV_MTU_4096: return 4096;
+	default: return 0;
+	}
+}
+
+static void gid_str(const union ibv_gid *g, char *buf, size_t len)
+{
+	if (!inet_ntop(AF_INET6, g->raw, buf, (socklen_t)len))
+		snprintf(buf, len, "?");
+}
+
+/* ------------------------------------------------------------ objects */
+
+struct side {
+	const char *name;
+	const char *ip;
+	struct ibv_device *dev;
+	struct ibv_context *ctx;
+	struct mrc_context *mctx;
+	struct ibv_pd *pd;
+	union ibv_gid gid;
+	enum ibv_mtu active_mtu;
+	uint8_t *buf;
+	size_t len;
+	struct ibv_mr *mr;
+};
+
+struct pair {
+	const char *tag;
+	struct mrc_cq *cqa, *cqb;
+	int own_cqs;
+	struct mrc_qp *qa, *qb;
+	uint32_t qpna, qpnb;
+};
+
+static struct side A, B;
+static enum ibv_mtu path_mtu;
+
+static int to_init(struct mrc_qp *qp)
+{
+	struct ibv_qp_attr a;
+	struct mrc_qp_attr m;
+
+	memset(&a, 0, sizeof(a));
+	memset(&m, 0, sizeof(m));
+	a.qp_state = IBV_QPS_INIT;
+	a.pkey_index = 0;
+	a.port_num = PORT_NUM;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	return mrc_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+			     IBV_QP_ACCESS_FLAGS, &m, 0);
+}
+
+static int to_rtr(struct mrc_qp *qp, uint32_t dest_qpn, uint32_t rq_psn,
+		  const union ibv_gid *dgid)
+{
+	struct ibv_qp_attr a;
+	struct mrc_qp_attr m;
+
+	memset(&a, 0, sizeof(a));
+	memset(&m, 0, sizeof(m));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = path_mtu;
+	a.dest_qp_num = dest_qpn;
+	a.rq_psn = rq_psn;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = *dgid;
+	a.ah_attr.grh.sgid_index = GID_INDEX;
+	a.ah_attr.grh.hop_limit = 64;
+	a.ah_attr.port_num = PORT_NUM;
+	return mrc_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN |
+			     IBV_QP_RQ_PSN | IBV_QP_PATH_MTU, &m, 0);
+}
+
+static int to_rts(struct mrc_qp *qp, uint32_t sq_psn)
+{
+	struct ibv_qp_attr a;
+	struct mrc_qp_attr m;
+
+	memset(&a, 0, sizeof(a));
+	memset(&m, 0, sizeof(m));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = sq_psn;
+	return mrc_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN, &m, 0);
+}
+
+static struct mrc_qp *create_qp(struct side *s, struct mrc_cq *cq)
+{
+	struct mrc_qp_init_attr ia;
+
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = cq;
+	ia.recv_cq = cq;
+	ia.cap.max_send_wr = SQ_DEPTH;
+	ia.cap.max_recv_wr = RQ_DEPTH;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	ia.sq_sig_all = 0;
+	ia.pd = s->pd;
+	ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE |
+			    IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+	return mrc_create_qp(s->mctx, &ia);
+}
+
+/*
+ * Brings up a QP pair A->B. `verbose` reports every step, otherwise only
+ * failures and one summary line. CQs are created if none are given.
+ */
+static int make_pair(struct pair *p, const char *tag, struct mrc_cq *cqa,
+		     struct mrc_cq *cqb, int verbose)
+{
+	static uint32_t psn_base = 0x1000;
+	uint32_t psna = psn_base, psnb = psn_base + 0x80000;
+	char what[160];
+
+	psn_base += 0x100;
+	memset(p, 0, sizeof(*p));
+	p->tag = tag;
+	if (!cqa) {
+		p->own_cqs = 1;
+		cqa = mrc_create_cq(A.mctx, 2 * SQ_DEPTH, NULL, NULL, 0);
+		if (step_ptr(cqa, tag, "mrc_create_cq A"))
+			return -1;
+		cqb = mrc_create_cq(B.mctx, 2 * RQ_DEPTH, NULL, NULL, 0);
+		p->cqa = cqa;
+		if (step_ptr(cqb, tag, "mrc_create_cq B"))
+			return -1;
+	}
+	p->cqa = cqa;
+	p->cqb = cqb;
+
+#define STEP(expr, label)						\
+	do {								\
+		int rc_ = (expr);					\
+		snprintf(what, sizeof(what), "%s: %s", tag, label);	\
+		if (verbose ? api(rc_, what) : step(rc_, tag, label))	\
+			return -1;					\
+	} while (0)
+#define STEP_PTR(expr, label)						\
+	do {								\
+		const void *p_ = (expr);				\
+		snprintf(what, sizeof(what), "%s: %s", tag, label);	\
+		if (verbose ? api_ptr(p_, what) : step_ptr(p_, tag, label)) \
+			return -1;					\
+	} while (0)
+
+	p->qa = create_qp(&A, cqa);
+	STEP_PTR(p->qa, "mrc_create_qp A");
+	p->qb = create_qp(&B, cqb);
+	STEP_PTR(p->qb, "mrc_create_qp B");
+	STEP(mrc_get_qpn(p->qa, &p->qpna), "mrc_get_qpn A");
+	STEP(mrc_get_qpn(p->qb, &p->qpnb), "mrc_get_qpn B");
+	if (verbose) {
+		/* Two devices may hand out the same QPN; only 24 bits and non-zero are promised. */
+		snprintf(what, sizeof(what), "%s: QPNs are 24-bit and non-zero", tag);
+		report(p->qpna && p->qpnb &&
+		       p->qpna <= 0xffffff && p->qpnb <= 0xffffff, what,
+		       "A 0x%x B 0x%x", p->qpna, p->qpnb);
+	}
+	STEP(to_init(p->qa), "A RESET->INIT");
+	STEP(to_init(p->qb), "B RESET->INIT");
+	STEP(to_rtr(p->qa, p->qpnb, psnb, &B.gid), "A INIT->RTR");
+	STEP(to_rtr(p->qb, p->qpna, psna, &A.gid), "B INIT->RTR");
+	STEP(to_rts(p->qa, psna), "A RTR->RTS");
+	STEP(to_rts(p->qb, psnb), "B RTR->RTS");
+#undef STEP
+#undef STEP_PTR
+	if (!verbose) {
+		snprintf(what, sizeof(what), "%s: fresh QP pair A 0x%x -> B 0x%x in RTS",
+			 tag, p->qpna, p->qpnb);
+		report(1, what, "%s", "");
+	}
+	return 0;
+}
+
+static void destroy_pair(struct pair *p)
+{
+	char what[160];
+
+	if (p->qa) {
+		snprintf(what, sizeof(what), "%s: mrc_destroy_qp A", p->tag);
+		api(mrc_destroy_qp(p->qa), what);
+	}
+	if (p->qb) {
+		snprintf(what, sizeof(what), "%s: mrc_destroy_qp B", p->tag);
+		api(mrc_destroy_qp(p->qb), what);
+	}
+	if (p->own_cqs && p->cqa) {
+		snprintf(what, sizeof(what), "%s: mrc_destroy_cq A", p->tag);
+		api(mrc_destroy_cq(p->cqa), what);
+	}
+	if (p->own_cqs && p->cqb) {
+		snprintf(what, sizeof(what), "%s: mrc_destroy_cq B", p->tag);
+		api(mrc_destroy_cq(p->cqb), what);
+	}
+	memset(p, 0, sizeof(*p));
+}
+
+/* Posts one RDMA write (with or without immediate). Returns the post rc. */
+static int post_write(struct mrc_qp *qp, uint64_t wr_id, uint64_t laddr,
+		      uint32_t len, uint32_t lkey, uint64_t raddr,
+		      uint32_t rkey, int signaled, int with_imm, uint32_t imm)
+{
+	struct ibv_sge sge;
+	struct ibv_send_wr wr, *bad = NULL;
+
+	memset(&sge, 0, sizeof(sge));
+	memset(&wr, 0, sizeof(wr));
+	sge.addr = laddr;
+	sge.length = len;
+	sge.lkey = lkey;
+	wr.wr_id = wr_id;
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+	wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+	wr.imm_data = htonl(imm);
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	return mrc_post_send(qp, &wr, &bad);
+}
+
+static int post_recv0(struct mrc_qp *qp, uint64_t wr_id)
+{
+	struct ibv_recv_wr wr, *bad = NULL;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = NULL;
+	wr.num_sge = 0;
+	return mrc_post_recv(qp, &wr, &bad);
+}
+
+#define A_ADDR(off)	((uint64_t)(uintptr_t)(A.buf + (off)))
+#define B_ADDR(off)	((uint64_t)(uintptr_t)(B.buf + (off)))
+
+/* Waits for one requester completion and checks it. */
+static int expect_send_wc(struct pair *p, uint64_t wr_id, const char *what)
+{
+	struct ibv_wc wc;
+	int n;
+
+	memset(&wc, 0, sizeof(wc));
+	n = wait_cq(p->cqa, &wc, 1, TIMEOUT_MS, what);
+	if (n < 0)
+		return -1;
+	if (n == 0) {
+		report(0, what, "no completion within %d ms", TIMEOUT_MS);
+		return -1;
+	}
+	report(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE &&
+	       wc.wr_id == wr_id && wc.qp_num == p->qpna, what,
+	       "status %s (%d), opcode %d (want %d), wr_id 0x%" PRIx64 " (want 0x%" PRIx64
+	       "), qp_num 0x%x (want 0x%x)",
+	       wc_status(wc.status), wc.status, wc.opcode, IBV_WC_RDMA_WRITE,
+	       wc.wr_id, wr_id, wc.qp_num, p->qpna);
+	return wc.status == IBV_WC_SUCCESS ? 0 : -1;
+}
+
+static void expect_state(struct mrc_qp *qp, enum ibv_qp_state want,
+			 const char *what)
+{
+	struct ibv_qp_attr a;
+	struct mrc_qp_attr m;
+	struct mrc_qp_init_attr ia;
+	int rc, e;
+
+	memset(&a, 0, sizeof(a));
+	memset(&m, 0, sizeof(m));
+	memset(&ia, 0, sizeof(ia));
+	rc = mrc_query_qp(qp, &a, IBV_QP_STATE, &m, 0, &ia);
+	e = errno;
+	if (rc) {
+		report(0, what, "mrc_query_qp returned %d, errno %d (%s)", rc, e,
+		       strerror(rc > 0 ? rc : e));
+		return;
+	}
+	report(a.qp_state == want, what, "state %s, expected %s",
+	       qp_state_name(a.qp_state), qp_state_name(want));
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_write(struct pair *p)
+{
+	const uint32_t len = 4096;
+	int rc, n;
+
+	fill(A.buf, len, 1);
+	memset(B.buf, 0, len);
+	/* A receive posted now must survive the plain write and be consumed
+	 * by the write with immediate of the next test. */
+	api(post_recv0(p->qb, 0x2001), "mrc_post_recv (0 SGEs) on B");
+	rc = post_write(p->qa, 0x1001, A_ADDR(0), len, A.mr->lkey, B_ADDR(0),
+			B.mr->rkey, 1, 0, 0);
+	if (api(rc, "mrc_post_send RDMA_WRITE 4096 B signaled"))
+		return;
+	if (expect_send_wc(p, 0x1001, "RDMA_WRITE requester completion (status, opcode, wr_id, qp_num)"))
+		return;
+	check_bytes(B.buf, A.buf, len, "RDMA_WRITE data placed at the destination");
+	n = count_cq(p->cqb, QUIET_MS);
+	report(n == 0, "RDMA_WRITE without immediate consumes no receive (responder CQ empty)",
+	       "%d completion(s) on the responder CQ", n);
+}
+
+static void test_write_imm(struct pair *p)
+{
+	const uint32_t len = 1000, off = 8192, imm = 0xA1B2C3D4u;
+	struct ibv_wc wc;
+	int rc, n;
+
+	fill(A.buf + off, len, 2);
+	memset(B.buf + off, 0, len + 64);
+	rc = post_write(p->qa, 0x1002, A_ADDR(off), len, A.mr->lkey,
+			B_ADDR(off), B.mr->rkey, 1, 1, imm);
+	if (api(rc, "mrc_post_send RDMA_WRITE_WITH_IMM 1000 B"))
+		return;
+	expect_send_wc(p, 0x1002, "RDMA_WRITE_WITH_IMM requester completion");
+	memset(&wc, 0, sizeof(wc));
+	n = wait_cq(p->cqb, &wc, 1, TIMEOUT_MS, "WRITE_WITH_IMM responder completion");
+	if (n == 0)
+		report(0, "WRITE_WITH_IMM responder completion", "none within %d ms", TIMEOUT_MS);
+	if (n != 1)
+		return;
+	report(wc.status == IBV_WC_SUCCESS, "responder completion status SUCCESS",
+	       "%s (%d)", wc_status(wc.status), wc.status);
+	report(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM,
+	       "responder completion opcode IBV_WC_RECV_RDMA_WITH_IMM",
+	       "opcode %d", wc.opcode);
+	report(wc.wc_flags & IBV_WC_WITH_IMM, "responder completion has IBV_WC_WITH_IMM",
+	       "wc_flags 0x%x", wc.wc_flags);
+	report(ntohl(wc.imm_data) == imm, "responder completion imm_data as sent",
+	       "0x%08x, expected 0x%08x", ntohl(wc.imm_data), imm);
+	report(wc.byte_len == len, "responder completion byte_len = write length",
+	       "%u, expected %u", wc.byte_len, len);
+	report(wc.qp_num == p->qpnb, "responder completion qp_num = B's QPN",
+	       "0x%x, expected 0x%x", wc.qp_num, p->qpnb);
+	report(wc.wr_id == 0x2001, "responder completion wr_id = the receive's",
+	       "0x%" PRIx64 ", expected 0x2001", wc.wr_id);
+	check_bytes(B.buf + off, A.buf + off, len, "WRITE_WITH_IMM data placed");
+	{
+		static const uint8_t zero[64];
+
+		check_bytes(B.buf + off + len, zero, 64,
+			    "nothing placed past the end of the write");
+	}
+}
+
+static void test_unsignaled(struct pair *p)
+{
+	const uint32_t len = 512, off1 = 16384, off2 = 20480;
+	int rc, n;
+
+	fill(A.buf + off1, len, 3);
+	fill(A.buf + off2, len, 4);
+	memset(B.buf + off1, 0, len);
+	memset(B.buf + off2, 0, len);
+	rc = post_write(p->qa, 0x1003, A_ADDR(off1), len, A.mr->lkey,
+			B_ADDR(off1), B.mr->rkey, 0, 0, 0);
+	if (api(rc, "mrc_post_send unsignaled RDMA_WRITE"))
+		return;
+	rc = post_write(p->qa, 0x1004, A_ADDR(off2), len, A.mr->lkey,
+			B_ADDR(off2), B.mr->rkey, 1, 0, 0);
+	if (api(rc, "mrc_post_send signaled RDMA_WRITE after it"))
+		return;
+	expect_send_wc(p, 0x1004, "only the signaled WR completes (wr_id of the second)");
+	n = count_cq(p->cqa, QUIET_MS);
+	report(n == 0, "no completion for the unsignaled WR", "%d extra completion(s)", n);
+	check_bytes(B.buf + off1, A.buf + off1, len, "unsignaled write placed");
+	check_bytes(B.buf + off2, A.buf + off2, len, "signaled write placed");
+}
+
+static void test_post_list(struct pair *p)
+{
+	struct ibv_sge sge[4];
+	struct ibv_send_wr wr[4], *bad = NULL;
+	struct ibv_wc wc[4];
+	const uint32_t len = 256, off = 24576;
+	int i, n, in_order = 1;
+
+	memset(sge, 0, sizeof(sge));
+	memset(wr, 0, sizeof(wr));
+	fill(A.buf + off, 4 * len, 5);
+	memset(B.buf + off, 0, 4 * len);
+	for (i = 0; i < 4; i++) {
+		sge[i].addr = A_ADDR(off + i * len);
+		sge[i].length = len;
+		sge[i].lkey = A.mr->lkey;
+		wr[i].wr_id = 0x1100 + (uint64_t)i;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+		wr[i].opcode = IBV_WR_RDMA_WRITE;
+		wr[i].send_flags = IBV_SEND_SIGNALED;
+		wr[i].wr.rdma.remote_addr = B_ADDR(off + i * len);
+		wr[i].wr.rdma.rkey = B.mr->rkey;
+		wr[i].next = i < 3 ? &wr[i + 1] : NULL;
+	}
+	if (api(mrc_post_send(p->qa, wr, &bad), "mrc_post_send list of 4 WRs"))
+		return;
+	memset(wc, 0, sizeof(wc));
+	n = wait_cq(p->cqa, wc, 4, TIMEOUT_MS, "list of 4 WRs completes");
+	if (n < 0)
+		return;
+	for (i = 0; i < n; i++)
+		if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id != 0x1100 + (uint64_t)i)
+			in_order = 0;
+	report(n == 4 && in_order, "list of 4 WRs: 4 successful completions in posting order",
+	       "%d completion(s)%s", n, in_order ? "" : ", wrong status or order");
+	check_bytes(B.buf + off, A.buf + off, 4 * len, "list of 4 WRs placed");
+}
+
+static void test_blocking(struct pair *p, struct mrc_comp_channel *ch,
+			  void *cq_ctx)
+{
+	struct mrc_cq *ev_cq = NULL;
+	void *ev_ctx = NULL;
+	struct pollfd pfd;
+	const uint32_t len = 2048, off = 32768;
+	int fd = -1, pr, rc;
+
+	if (api(mrc_get_comp_channel_fd(ch, &fd), "mrc_get_comp_channel_fd"))
+		return;
+	report(fd >= 0, "completion channel fd is valid", "fd %d", fd);
+	if (api(mrc_req_notify_cq(p->cqa, 0), "mrc_req_notify_cq on the channel CQ"))
+		return;
+	fill(A.buf + off, len, 6);
+	rc = post_write(p->qa, 0x1005, A_ADDR(off), len, A.mr->lkey,
+			B_ADDR(off), B.mr->rkey, 1, 0, 0);
+	if (api(rc, "mrc_post_send signaled RDMA_WRITE (blocking wait)"))
+		return;
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	pfd.revents = 0;
+	pr = poll(&pfd, 1, TIMEOUT_MS);
+	report(pr == 1 && (pfd.revents & POLLIN), "completion channel fd becomes readable",
+	       "poll returned %d (revents 0x%x) within %d ms", pr, pfd.revents, TIMEOUT_MS);
+	if (pr != 1)
+		return;	/* mrc_get_cq_event() would block */
+	rc = mrc_get_cq_event(ch, &ev_cq, &ev_ctx);
+	if (api(rc, "mrc_get_cq_event"))
+		return;
+	report(ev_cq == p->cqa && ev_ctx == cq_ctx,
+	       "event names the channel CQ and its cq_context",
+	       "cq %p (want %p), cq_context %p (want %p)", (void *)ev_cq,
+	       (void *)p->cqa, ev_ctx, cq_ctx);
+	mrc_ack_cq_events(p->cqa, 1);
+	report(1, "mrc_ack_cq_events", "%s", "");
+	expect_send_wc(p, 0x1005, "completion behind the event");
+	check_bytes(B.buf + off, A.buf + off, len, "write behind the event placed");
+}
+
+static void test_query(struct pair *p)
+{
+	struct ibv_qp_attr a;
+	struct mrc_qp_attr m;
+	struct mrc_qp_init_attr ia;
+	int rc, e;
+
+	memset(&a, 0, sizeof(a));
+	memset(&m, 0, sizeof(m));
+	memset(&ia, 0, sizeof(ia));
+	rc = mrc_query_qp(p->qa, &a, IBV_QP_STATE | IBV_QP_DEST_QPN | IBV_QP_PATH_MTU,
+			  &m, 0, &ia);
+	e = errno;
+	if (rc) {
+		report(0, "mrc_query_qp A", "returned %d, errno %d (%s)", rc, e,
+		       strerror(rc > 0 ? rc : e));
+		return;
+	}
+	report(1, "mrc_query_qp A", "%s", "");
+	report(a.qp_state == IBV_QPS_RTS, "A state is RTS", "%s", qp_state_name(a.qp_state));
+	report(a.dest_qp_num == p->qpnb, "A dest_qp_num is B's QPN", "0x%x, expected 0x%x",
+	       a.dest_qp_num, p->qpnb);
+	report(a.path_mtu == path_mtu, "A path_mtu as set", "%d, expected %d",
+	       mtu_bytes(a.path_mtu), mtu_bytes(path_mtu));
+
+	memset(&a, 0, sizeof(a));
+	rc = mrc_query_qp(p->qb, &a, IBV_QP_STATE | IBV_QP_DEST_QPN, &m, 0, &ia);
+	e = errno;
+	if (rc) {
+		report(0, "mrc_query_qp B", "returned %d, errno %d (%s)", rc, e,
+		       strerror(rc > 0 ? rc : e));
+		return;
+	}
+	report(a.qp_state == IBV_QPS_RTS, "B state is RTS", "%s", qp_state_name(a.qp_state));
+	report(a.dest_qp_num == p->qpna, "B dest_qp_num is A's QPN", "0x%x, expected 0x%x",
+	       a.dest_qp_num, p->qpna);
+}
+
+static void test_big(struct pair *p)
+{
+	const uint32_t off = BIG_LEN;	/* destination offset */
+	int rc;
+
+	fill(A.buf, BIG_LEN, 7);
+	memset(B.buf + off, 0, BIG_LEN);
+	rc = post_write(p->qa, 0x1006, A_ADDR(0), BIG_LEN, A.mr->lkey,
+			B_ADDR(off), B.mr->rkey, 1, 0, 0);
+	if (api(rc, "mrc_post_send 1 MiB RDMA_WRITE (multi-packet)"))
+		return;
+	if (expect_send_wc(p, 0x1006, "1 MiB RDMA_WRITE completes"))
+		return;
+	check_bytes(B.buf + off, A.buf, BIG_LEN, "1 MiB RDMA_WRITE placed byte for byte");
+}
+
+/* A key that none of our registrations uses. */
+static uint32_t bogus_key(uint32_t k)
+{
+	uint32_t b = k ^ 0x00A5A500u;
+
+	while (b == A.mr->lkey || b == A.mr->rkey || b == B.mr->lkey || b == B.mr->rkey)
+		b += 0x01000000u;
+	return b;
+}
+
+/*
+ * One negative case on a fresh pair: post the WR, expect an error
+ * completion (`want`, or any error if want is IBV_WC_GENERAL_ERR and
+ * any_error is set), then the QP in ERR and a later WR flushed.
+ */
+static void negative(const char *tag, uint64_t laddr, uint32_t len, uint32_t lkey,
+		     uint64_t raddr, uint32_t rkey, enum ibv_wc_status want,
+		     int any_error, const uint8_t *guard, size_t guard_len)
+{
+	struct pair p;
+	struct ibv_wc wc;
+	uint8_t before[64];
+	char what[200];
+	int n, rc;
+
+	if (make_pair(&p, tag, NULL, NULL, 0)) {
+		destroy_pair(&p);
+		return;
+	}
+	if (guard)
+		memcpy(before, guard, guard_len);
+	rc = post_write(p.qa, 0xE001, laddr, len, lkey, raddr, rkey, 1, 0, 0);
+	snprintf(what, sizeof(what), "%s: WR completes with %s", tag,
+		 any_error ? "an error status" : wc_status(want));
+	if (rc) {
+		int e = errno;
+
+		report(0, what, "mrc_post_send rejected it: returned %d, errno %d (%s)",
+		       rc, e, strerror(rc > 0 ? rc : e));
+		destroy_pair(&p);
+		return;
+	}
+	memset(&wc, 0, sizeof(wc));
+	n = wait_cq(p.cqa, &wc, 1, TIMEOUT_MS, what);
+	if (n == 0)
+		report(0, what, "no completion within %d ms", TIMEOUT_MS);
+	if (n == 1) {
+		if (any_error)
+			report(wc.status != IBV_WC_SUCCESS && wc.wr_id == 0xE001, what,
+			       "status %s (%d), wr_id 0x%" PRIx64, wc_status(wc.status),
+			       wc.status, wc.wr_id);
+		else
+			report(wc.status == want && wc.wr_id == 0xE001, what,
+			       "status %s (%d), wr_id 0x%" PRIx64, wc_status(wc.status),
+			       wc.status, wc.wr_id);
+		if (any_error && wc.status != IBV_WC_SUCCESS)
+			printf("# %s: completion status was %s\n", tag, wc_status(wc.status));
+	}
+	if (guard) {
+		__sync_synchronize();
+		snprintf(what, sizeof(what), "%s: no bytes placed at the target", tag);
+		report(memcmp(before, guard, guard_len) == 0, what, "destination bytes changed");
+	}
+	snprintf(what, sizeof(what), "%s: mrc_query_qp reports IBV_QPS_ERR", tag);
+	expect_state(p.qa, IBV_QPS_ERR, what);
+
+	/* A valid WR on the errored QP is flushed. */
+	rc = post_write(p.qa, 0xE002, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0),
+			B.mr->rkey, 1, 0, 0);
+	snprintf(what, sizeof(what), "%s: a later WR completes IBV_WC_WR_FLUSH_ERR", tag);
+	if (rc) {
+		int e = errno;
+
+		report(0, what, "mrc_post_send returned %d, errno %d (%s)", rc, e,
+		       strerror(rc > 0 ? rc : e));
+	} else {
+		memset(&wc, 0, sizeof(wc));
+		n = wait_cq(p.cqa, &wc, 1, TIMEOUT_MS, what);
+		if (n == 0)
+			report(0, what, "no completion within %d ms", TIMEOUT_MS);
+		else if (n == 1)
+			report(wc.status == IBV_WC_WR_FLUSH_ERR && wc.wr_id == 0xE002, what,
+			       "status %s (%d), wr_id 0x%" PRIx64, wc_status(wc.status),
+			       wc.status, wc.wr_id);
+	}
+	destroy_pair(&p);
+}
+
+/* A malformed WR must be rejected at post time or complete in error. */
+static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
+{
+	struct pair p;
+	struct ibv_sge sge[2];
+	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_wc wc;
+	char what[200];
+	int rc, n, i;
+
+	if (make_pair(&p, tag, NULL, NULL, 0)) {
+		destroy_pair(&p);
+		return;
+	}
+	memset(sge, 0, sizeof(sge));
+	memset(&wr, 0, sizeof(wr));
+	for (i = 0; i < 2; i++) {
+		sge[i].addr = A_ADDR(4096u * (unsigned)i);
+		sge[i].length = 64;
+		sge[i].lkey = A.mr->lkey;
+	}
+	wr.wr_id = 0xF001;
+	wr.sg_list = sge;
+	wr.num_sge = num_sge;
+	wr.opcode = op;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.remote_addr = B_ADDR(0);
+	wr.wr.rdma.rkey = B.mr->rkey;
+	rc = mrc_post_send(p.qa, &wr, &bad);
+	snprintf(what, sizeof(what), "%s: rejected or completed with an error", tag);
+	if (rc) {
+		int e = errno;
+
+		report(bad == &wr, what, "mrc_post_send returned %d but bad_wr is %p, not %p",
+		       rc, (void *)bad, (void *)&wr);
+		printf("# %s: rejected by mrc_post_send: returned %d, errno %d (%s)\n",
+		       tag, rc, e, strerror(rc > 0 ? rc : e));
+	} else {
+		memset(&wc, 0, sizeof(wc));
+		n = wait_cq(p.cqa, &wc, 1, TIMEOUT_MS, what);
+		if (n == 0)
+			report(0, what, "accepted, but no completion within %d ms", TIMEOUT_MS);
+		else if (n == 1) {
+			report(wc.status != IBV_WC_SUCCESS, what,
+			       "accepted and completed SUCCESSFULLY (wr_id 0x%" PRIx64 ")",
+			       wc.wr_id);
+			printf("# %s: accepted, completed with %s\n", tag, wc_status(wc.status));
+		}
+	}
+	destroy_pair(&p);
+}
+
+/* ------------------------------------------------------------ main */
+
+static int open_side(struct side *s, struct ibv_device **list, int n)
+{
+	struct mrc_device_attr attr;
+	struct mrc_context_attr cattr;
+	struct ibv_port_attr pa;
+	union ibv_gid want;
+	char what[160], g1[64], g2[64];
+	int i, supported, rc;
+
+	for (i = 0; i < n; i++) {
+		const char *nm = ibv_get_device_name(list[i]);
+
+		if (nm && strcmp(nm, s->name) == 0) {
+			s->dev = list[i];
+			break;
+		}
+	}
+	snprintf(what, sizeof(what), "%s: found by ibv_get_device_name", s->name);
+	report(s->dev != NULL, what, "not among the %d device(s) listed", n);
+	if (!s->dev)
+		return -1;
+
+	s->ctx = ibv_open_device(s->dev);
+	snprintf(what, sizeof(what), "%s: ibv_open_device", s->name);
+	if (api_ptr(s->ctx, what))
+		return -1;
+
+	memset(&attr, 0, sizeof(attr));
+	supported = 0;
+	rc = mrc_query_device(s->ctx, &attr, &supported);
+	snprintf(what, sizeof(what), "%s: mrc_query_device", s->name);
+	if (api(rc, what) == 0) {
+		snprintf(what, sizeof(what), "%s: mrc_query_device reports MRC supported", s->name);
+		report(supported != 0, what, "supported = %d", supported);
+		printf("# %s: protocol versions 0x%x max_wimm %u/%u max_mpr %u res %u max_qp_hint %u cap 0x%x\n",
+		       s->name, attr.mrc_protocol_version, attr.wimm_attr.max_wimm,
+		       attr.wimm_attr.max_wimm_dest, attr.mpr_attr.max_mpr,
+		       attr.mpr_attr.mpr_resolution, attr.qp_attr.max_qp_hint, attr.cap);
+	}
+
+	memset(&pa, 0, sizeof(pa));
+	rc = ibv_query_port(s->ctx, PORT_NUM, &pa);
+	snprintf(what, sizeof(what), "%s: ibv_query_port", s->name);
+	if (api(rc, what) == 0) {
+		snprintf(what, sizeof(what), "%s: port 1 is ACTIVE", s->name);
+		report(pa.state == IBV_PORT_ACTIVE, what, "state %s (%d)",
+		       ibv_port_state_str(pa.state), pa.state);
+		snprintf(what, sizeof(what), "%s: port 1 active_mtu is valid", s->name);
+		report(mtu_bytes(pa.active_mtu) != 0, what, "active_mtu %d", pa.active_mtu);
+		s->active_mtu = pa.active_mtu;
+	}
+
+	rc = ibv_query_gid(s->ctx, PORT_NUM, GID_INDEX, &s->gid);
+	snprintf(what, sizeof(what), "%s: ibv_query_gid(port 1, index 3)", s->name);
+	if (api(rc, what) == 0) {
+		memset(&want, 0, sizeof(want));
+		want.raw[10] = 0xff;
+		want.raw[11] = 0xff;
+		inet_pton(AF_INET, s->ip, &want.raw[12]);
+		gid_str(&s->gid, g1, sizeof(g1));
+		gid_str(&want, g2, sizeof(g2));
+		snprintf(what, sizeof(what), "%s: GID[3] is ::ffff:%s", s->name, s->ip);
+		report(memcmp(s->gid.raw, want.raw, 16) == 0, what, "got %s, expected %s", g1, g2);
+	}
+
+	memset(&cattr, 0, sizeof(cattr));
+	cattr.mrc_api_version_used = MRC_API_VER_USED;
+#ifdef MRC_VENDOR_API_VER_USED
+	cattr.mrc_vendor_api_version_used = MRC_VENDOR_API_VER_USED;
+#endif
+	s->mctx = mrc_create_context(s->ctx, &cattr);
+	snprintf(what, sizeof(what), "%s: mrc_create_context", s->name);
+	if (api_ptr(s->mctx, what))
+		return -1;
+
+#if MRC_API_VER_USED >= MRC_API_VER(1, 0, 1)
+	memset(&attr, 0, sizeof(attr));
+	supported = 0;
+	rc = mrc_query_device_ex(s->ctx, s->mctx, &attr, &supported);
+	snprintf(what, sizeof(what), "%s: mrc_query_device_ex", s->name);
+	if (api(rc, what) == 0) {
+		snprintf(what, sizeof(what), "%s: mrc_query_device_ex reports MRC supported", s->name);
+		report(supported != 0, what, "supported = %d", supported);
+	}
+#endif
+
+	s->pd = ibv_alloc_pd(s->ctx);
+	snprintf(what, sizeof(what), "%s: ibv_alloc_pd", s->name);
+	if (api_ptr(s->pd, what))
+		return -1;
+	return 0;
+}
+
+static int alloc_buffer(struct side *s, size_t len)
+{
+	char what[160];
+
+	s->len = len;
+	s->buf = memalign(4096, len);
+	snprintf(what, sizeof(what), "%s: memalign(4096, %zu)", s->name, len);
+	if (api_ptr(s->buf, what))
+		return -1;
+	memset(s->buf, 0, len);
+	return 0;
+}
+
+/* Checks the MR the caller just registered for s->buf. */
+static int check_mr(struct side *s, const char *how)
+{
+	char what[160];
+
+	snprintf(what, sizeof(what), "%s: ibv_reg_mr %s", s->name, how);
+	if (api_ptr(s->mr, what))
+		return -1;
+	snprintf(what, sizeof(what), "%s: MR fields (addr, length, pd, context)", s->name);
+	report(s->mr->addr == s->buf && s->mr->length == s->len && s->mr->pd == s->pd &&
+	       s->mr->context == s->ctx, what,
+	       "addr %p (want %p), length %zu (want %zu), pd %p (want %p), context %p (want %p)",
+	       s->mr->addr, (void *)s->buf, s->mr->length, s->len, (void *)s->mr->pd,
+	       (void *)s->pd, (void *)s->mr->context, (void *)s->ctx);
+	return 0;
+}
+
+/* Tears down both sides, one kind of object at a time. */
+static void close_sides(void)
+{
+	struct side *sides[2] = { &A, &B };
+	char what[160];
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (!sides[i]->mr)
+			continue;
+		snprintf(what, sizeof(what), "%s: ibv_dereg_mr", sides[i]->name);
+		api(ibv_dereg_mr(sides[i]->mr), what);
+	}
+	for (i = 0; i < 2; i++)
+		free(sides[i]->buf);
+	for (i = 0; i < 2; i++) {
+		if (!sides[i]->pd)
+			continue;
+		snprintf(what, sizeof(what), "%s: ibv_dealloc_pd", sides[i]->name);
+		api(ibv_dealloc_pd(sides[i]->pd), what);
+	}
+	for (i = 0; i < 2; i++) {
+		if (!sides[i]->mctx)
+			continue;
+		snprintf(what, sizeof(what), "%s: mrc_destroy_context", sides[i]->name);
+		api(mrc_destroy_context(sides[i]->mctx), what);
+	}
+	for (i = 0; i < 2; i++) {
+		if (!sides[i]->ctx)
+			continue;
+		snprintf(what, sizeof(what), "%s: ibv_close_device", sides[i]->name);
+		api(ibv_close_device(sides[i]->ctx), what);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct ibv_device **list = NULL;
+	struct mrc_comp_channel *chan = NULL;
+	struct mrc_cq *cqa = NULL, *cqb = NULL;
+	struct pair main_pair;
+	static int cq_tag;	/* its address is the channel CQ's cq_context */
+	uint32_t cur = 0, last = 0, vcur = 0, vlast = 0;
+	struct in_addr probe;
+	int n = 0, i;
+
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s DEV_A DEV_B IPV4_A IPV4_B\n", argv[0]);
+		return 1;
+	}
+	A.name = argv[1];
+	B.name = argv[2];
+	A.ip = argv[3];
+	B.ip = argv[4];
+	for (i = 3; i <= 4; i++)
+		if (inet_pton(AF_INET, argv[i], &probe) != 1) {
+			fprintf(stderr, "%s: '%s' is not an IPv4 address\n", argv[0], argv[i]);
+			return 1;
+		}
+	memset(&main_pair, 0, sizeof(main_pair));
+
+	mrc_query_version(&cur, &last, &vcur, &vlast);
+	printf("# library API %u.%u.%u (oldest %u.%u.%u), vendor API %u.%u.%u (oldest %u.%u.%u); built for %u.%u.%u\n",
+	       cur >> 24, (cur >> 16) & 0xff, cur & 0xffff,
+	       last >> 24, (last >> 16) & 0xff, last & 0xffff,
+	       vcur >> 24, (vcur >> 16) & 0xff, vcur & 0xffff,
+	       vlast >> 24, (vlast >> 16) & 0xff, vlast & 0xffff,
+	       MRC_API_VER_USED >> 24, (MRC_API_VER_USED >> 16) & 0xff,
+	       MRC_API_VER_USED & 0xffff);
+	report(cur != 0 && last <= cur && last <= (uint32_t)MRC_API_VER_USED &&
+	       (uint32_t)MRC_API_VER_USED <= cur,
+	       "mrc_query_version: this program's API version is in the supported range",
+	       "current 0x%x, oldest 0x%x, used 0x%x", cur, last,
+	       (uint32_t)MRC_API_VER_USED);
+	report(vcur != 0 && vlast <= vcur, "mrc_query_version: vendor versions are sane",
+	       "current 0x%x, oldest 0x%x", vcur, vlast);
+
+	list = ibv_get_device_list(&n);
+	if (api_ptr(list, "ibv_get_device_list"))
+		goto out;
+	report(n >= 2, "ibv_get_device_list lists at least two devices", "%d device(s)", n);
+	if (open_side(&A, list, n) || open_side(&B, list, n))
+		goto out;
+	path_mtu = A.active_mtu < B.active_mtu ? A.active_mtu : B.active_mtu;
+	if (!mtu_bytes(path_mtu))
+		path_mtu = IBV_MTU_1024;
+	printf("# path MTU %d\n", mtu_bytes(path_mtu));
+
+	/*
+	 * verbs.h turns ibv_reg_mr() into a call of the ibv_reg_mr symbol only
+	 * when the access flags are a compile-time constant without optional
+	 * bits; otherwise it calls ibv_reg_mr_iova2(). So the flags are
+	 * literals here: the requester's buffer takes the first path, the
+	 * responder's (IBV_ACCESS_RELAXED_ORDERING) the second.
+	 */
+	if (alloc_buffer(&A, SRC_LEN) || alloc_buffer(&B, DST_LEN))
+		goto out;
+	A.mr = ibv_reg_mr(A.pd, A.buf, SRC_LEN, IBV_ACCESS_LOCAL_WRITE);
+	if (check_mr(&A, "(plain access flags: ibv_reg_mr)"))
+		goto out;
+	B.mr = ibv_reg_mr(B.pd, B.buf, DST_LEN,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			  IBV_ACCESS_RELAXED_ORDERING);
+	if (check_mr(&B, "(IBV_ACCESS_RELAXED_ORDERING: ibv_reg_mr_iova2)"))
+		goto out;
+
+	if (api(mrc_create_comp_channel(A.mctx, &chan), "mrc_create_comp_channel"))
+		goto out;
+	report(chan != NULL, "mrc_create_comp_channel returns a channel", "NULL");
+	cqa = mrc_create_cq(A.mctx, 2 * SQ_DEPTH, &cq_tag, chan, 0);
+	if (api_ptr(cqa, "mrc_create_cq A (with completion channel)"))
+		goto out;
+	cqb = mrc_create_cq(B.mctx, 2 * RQ_DEPTH, NULL, NULL, 0);
+	if (api_ptr(cqb, "mrc_create_cq B"))
+		goto out;
+
+	if (make_pair(&main_pair, "main pair", cqa, cqb, 1))
+		goto out;
+	expect_state(main_pair.qa, IBV_QPS_RTS, "main pair: A is RTS after the transitions");
+
+	test_write(&main_pair);
+	test_write_imm(&main_pair);
+	test_unsignaled(&main_pair);
+	test_post_list(&main_pair);
+	test_blocking(&main_pair, chan, &cq_tag);
+	test_query(&main_pair);
+	test_big(&main_pair);
+
+	/* Negative cases, each on a fresh pair. */
+	negative("bad lkey", A_ADDR(0), 64, bogus_key(A.mr->lkey), B_ADDR(0),
+		 B.mr->rkey, IBV_WC_LOC_PROT_ERR, 0, NULL, 0);
+	memset(B.buf + 40960, 0x5c, 64);
+	negative("bad rkey", A_ADDR(0), 64, A.mr->lkey, B_ADDR(40960),
+		 bogus_key(B.mr->rkey), IBV_WC_REM_ACCESS_ERR, 0, B.buf + 40960, 64);
+	negative("remote address beyond the region", A_ADDR(0), 64, A.mr->lkey,
+		 B_ADDR(DST_LEN), B.mr->rkey, IBV_WC_REM_ACCESS_ERR, 0, NULL, 0);
+	memset(B.buf + DST_LEN - 32, 0x5c, 32);
+	negative("remote range crossing the region's end", A_ADDR(0), 64, A.mr->lkey,
+		 B_ADDR(DST_LEN - 32), B.mr->rkey, IBV_WC_REM_ACCESS_ERR, 0,
+		 B.buf + DST_LEN - 32, 32);
+	negative("local length past the region", A_ADDR(SRC_LEN - 32), 64, A.mr->lkey,
+		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
+
+	unsupported("num_sge = 2", IBV_WR_RDMA_WRITE, 2);
+	unsupported("opcode IBV_WR_SEND", IBV_WR_SEND, 1);
+	unsupported("opcode IBV_WR_RDMA_READ", IBV_WR_RDMA_READ, 1);
+
+out:
+	destroy_pair(&main_pair);
+	if (cqa)
+		api(mrc_destroy_cq(cqa), "mrc_destroy_cq A (channel CQ)");
+	if (cqb)
+		api(mrc_destroy_cq(cqb), "mrc_destroy_cq B");
+	if (chan)
+		api(mrc_destroy_comp_channel(chan), "mrc_destroy_comp_channel");
+	close_sides();
+	if (list)
+		ibv_free_device_list(list);
+	printf("# %d passed, %d failed\n", n_pass, n_fail);
+	return n_fail == 0 && n_pass > 0 ? 0 : 1;
+}
