@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(
   g++ meson ninja-build pkg-config
   dpdk dpdk-dev libdpdk-dev libnuma-dev libbsd-dev libpcap-dev libxdp-dev libbpf-dev
-  libfmt-dev libcli11-dev catch2 libisal-dev
+  libfmt-dev libcli11-dev catch2 libisal-dev libibverbs-dev
   python3 python3-pyelftools python3-scapy tshark
   clang libclang-rt-14-dev
   iproute2

@@ -297,6 +297,7 @@ int run(int argc, char** argv) {
       return 1;
     }
     host->start();
+    dp::set_telemetry_host(&host->counters());
     for (auto& d : nic->devices())
       fmt::print(stderr, "mrc-nic: serving {} to host programs at {}\n", d->name(), host->socket_path(d->name()));
   }

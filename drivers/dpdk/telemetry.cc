@@ -282,7 +282,25 @@ int cmd_counters(const char*, const char* params, rte_tel_data* out) {
   return 0;
 }
 
+// /mrc/host: the host service's control counters (clients, refused
+// requests, reclaimed resources). The lcores' host_* counters are nic_host_*
+// in /mrc/counters.
+const HostCounters* g_host = nullptr;
+int cmd_host(const char*, const char*, rte_tel_data* out) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_host) return -ENODEV;
+  rte_tel_data_start_dict(out);
+  for (size_t i = 0; i < size_t(HostCtr::count); ++i)
+    rte_tel_data_add_dict_u64(out, std::string(kHostCtrNames[i]).c_str(), (*g_host)[HostCtr(i)]);
+  return 0;
+}
+
 }  // namespace
+
+void set_telemetry_host(const HostCounters* counters) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_host = counters;
+}
 
 std::string register_telemetry(Nic& nic) {
   g_nic = &nic;
@@ -300,6 +318,7 @@ std::string register_telemetry(Nic& nic) {
       {"/mrc/qp", cmd_qp, "One QP's state and counters. Parameters: QPN or DEV:QPN"},
       {"/mrc/evs", cmd_evs, "A QP's EVs, 64 per page. Parameters: QPN[,FIRST] or DEV:QPN[,FIRST]"},
       {"/mrc/counters", cmd_counters, "Engine, NIC (nic_*) and summed QP (qp_*) counters. Parameters: [DEV]"},
+      {"/mrc/host", cmd_host, "Host service counters (clients, refused requests, reclaims). No parameters"},
   };
   for (const auto& c : cmds) {
     const int rc = rte_telemetry_register_cmd(c.name, c.fn, c.help);
@@ -311,6 +330,7 @@ std::string register_telemetry(Nic& nic) {
 void unregister_telemetry() {
   std::lock_guard<std::mutex> lock(g_mu);
   g_nic = nullptr;
+  g_host = nullptr;
 }
 
 }  // namespace mrc::dp

@@ -1,0 +1,204 @@
+#!/bin/bash
+# Host programs on mrc-nic devices, through lib_mrc.so as a user installs it.
+#   host_test.sh CASE WORKDIR BUILD_DIR SOURCE_DIR
+# CASE:
+#   api       test/host/api_test.c, compiled as C against only the installed
+#             mrc.h, mrc_ctl.h, lib_mrc.so and -libverbs (the OCP examples'
+#             way), passes its checks between two devices
+#   layout    the installed headers match the published API's layouts
+#   hostile   a client breaking the ABI (bad requests, unsealed memory,
+#             garbage ring indices) is refused and counted, and a
+#             well-behaved client run after it passes untouched
+#   sigkill   an mrc-perf client killed with SIGKILL mid-transfer has its
+#             QPs, CQs and MRs reclaimed; the device keeps serving
+#   perf      mrc-perf sweeps 1 B .. 4 MiB (WRITE, then WRITE_IMM) with
+#             integrity checks, and a latency sweep
+set -euo pipefail
+
+case_name=$1
+work=$2
+build=$3
+src=$(cd "$4" && pwd)
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+build=$(cd "$build" && pwd)
+py=/usr/bin/python3
+nic=$build/app/mrc-nic
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do
+    pkill -KILL -P "$p" 2>/dev/null || true
+    kill -KILL "$p" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  [ -f "$work/nic.err" ] && tail -30 "$work/nic.err" >&2
+  exit 1
+}
+
+# The installed SDK: headers and lib_mrc.so in one folder.
+sdk=$work/sdk
+install_sdk() {
+  rm -rf "$work/destdir"
+  meson install -C "$build" --no-rebuild --quiet --destdir "$work/destdir" >/dev/null
+  local lib
+  lib=$(find "$work/destdir" -name lib_mrc.so -print -quit)
+  [ -n "$lib" ] || fail "meson install put no lib_mrc.so under $work/destdir"
+  sdk=$(dirname "$lib")
+  for h in mrc.h mrc_api_ver.h mrc_ctl.h mrc_ctl_api_ver.h; do
+    [ -f "$sdk/$h" ] || fail "meson install put no $h next to lib_mrc.so"
+  done
+}
+
+export MRC_RUN_DIR=$work/run
+prefix="mrchost$$"
+
+start_nic() {
+  rm -rf "$MRC_RUN_DIR"
+  timeout 600 "$nic" --no-huge -m 1024 --no-pci --file-prefix "$prefix" -l 0,1 --log-level='*:warning' -- \
+    --config "$src/config/host/rings.conf" "$@" >"$work/nic.out" 2>"$work/nic.err" &
+  pids+=($!)
+  for _ in $(seq 100); do
+    [ -S "$MRC_RUN_DIR/mrc0.sock" ] && [ -S "$MRC_RUN_DIR/mrc1.sock" ] && return 0
+    sleep 0.1
+  done
+  fail "mrc-nic did not start serving mrc0 and mrc1"
+}
+
+telemetry() { # command
+  echo "$1" | $py /usr/bin/dpdk-telemetry.py -f "$prefix" 2>/dev/null | $py -c '
+import json, sys
+text = sys.stdin.read()
+start = text.find("{")
+print(json.dumps(json.loads(text[start:text.rfind("}") + 1])) if start >= 0 else "{}")'
+}
+
+counter() { # command key
+  telemetry "$1" | $py -c "import json,sys; d=json.load(sys.stdin); v=list(d.values())[0] if d else {}; print(v.get('$2', -1))"
+}
+
+build_api_test() {
+  install_sdk
+  # Exactly how the OCP examples build: -I<sdk>, <sdk>/lib_mrc.so with an rpath, then libibverbs.
+  gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$sdk" -o "$work/api_test" "$src/test/host/api_test.c" \
+    -L"$sdk" -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" -libverbs || fail "api_test.c does not build against the installed SDK"
+}
+
+run_api_test() { # label
+  MRC_QUIET=1 timeout 120 "$work/api_test" mrc0 mrc1 10.0.0.1 10.0.0.2 >"$work/api_$1.txt" 2>&1 || {
+    grep -v '^ok' "$work/api_$1.txt" >&2
+    fail "api_test ($1)"
+  }
+  tail -1 "$work/api_$1.txt"
+}
+
+case $case_name in
+  api)
+    build_api_test
+    start_nic
+    run_api_test first
+    ;;
+  layout)
+    install_sdk
+    gcc -std=gnu11 -Wall -Wextra -Werror -I"$sdk" -c -o "$work/layout.o" "$src/test/api/layout_check.c" ||
+      fail "the installed headers do not match the published API"
+    g++ -std=c++20 -Wall -Wextra -Werror -x c++ -fsyntax-only -I"$sdk" "$src/test/api/layout_check.c" ||
+      fail "the installed headers do not match the published API (C++)"
+    echo "layout: installed headers match"
+    ;;
+  hostile)
+    build_api_test
+    start_nic
+    timeout 120 "$build/test/hostile-client" "$MRC_RUN_DIR" mrc0 mrc1 >"$work/hostile.txt" 2>&1 || {
+      cat "$work/hostile.txt" >&2
+      fail "hostile client checks"
+    }
+    tail -1 "$work/hostile.txt"
+    run_api_test after-hostile
+    for k in bad_requests bad_memfds async_events clients_reclaimed; do
+      v=$(counter /mrc/host "$k")
+      [ "$v" -gt 0 ] || fail "/mrc/host $k is $v after the hostile client"
+      echo "/mrc/host $k = $v"
+    done
+    for k in nic_host_bad_sq_index nic_host_bad_rq_index nic_host_bad_cq_index nic_host_cq_overflow; do
+      v=$(counter /mrc/counters,mrc0 "$k")
+      [ "$v" -gt 0 ] || fail "/mrc/counters,mrc0 $k is $v after the hostile client"
+      echo "/mrc/counters,mrc0 $k = $v"
+    done
+    ;;
+  sigkill)
+    start_nic
+    perf=$build/app/mrc-perf
+    port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    timeout 120 "$perf" --dev mrc1 --port "$port" >"$work/server.txt" 2>&1 &
+    pids+=($!)
+    sleep 0.5
+    timeout 120 "$perf" --dev mrc0 --connect "127.0.0.1:$port" --size 64K --qps 4 --seconds 30 \
+      >"$work/client.txt" 2>&1 &
+    client=$!
+    # Kill it once its QPs carry traffic.
+    for _ in $(seq 100); do
+      [ "$(counter /mrc/counters,mrc0 nic_host_sqe)" -gt 1000 ] && break
+      sleep 0.1
+    done
+    [ "$(counter /mrc/counters,mrc0 nic_host_sqe)" -gt 1000 ] || fail "the mrc-perf client never got going"
+    before=$(counter /mrc/host clients_reclaimed)
+    pkill -KILL -P $client mrc-perf || kill -KILL $client
+    for _ in $(seq 100); do
+      [ "$(counter /mrc/host clients_reclaimed)" -gt "$before" ] && break
+      sleep 0.1
+    done
+    after=$(counter /mrc/host clients_reclaimed)
+    [ "$after" -gt "$before" ] || fail "the killed client was not reclaimed (clients_reclaimed $before -> $after)"
+    qps=$(telemetry /mrc/qps | $py -c 'import json,sys; d=json.load(sys.stdin)["/mrc/qps"]; print(len(d.get("mrc0", [])))')
+    echo "clients_reclaimed $before -> $after; QPs left on mrc0: $qps"
+    [ "$qps" -eq 0 ] || fail "$qps QPs of the killed client are still on mrc0"
+    # The server lost its peer; the device keeps serving new clients.
+    build_api_test
+    run_api_test after-kill
+    ;;
+  perf)
+    start_nic
+    perf=$build/app/mrc-perf
+    for spec in "--op write --test bw" "--op write_imm --test bw" "--op write --test lat" "--op write_imm --test lat"; do
+      port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      tag=$(echo "$spec" | tr -d ' -')
+      timeout 300 "$perf" --dev mrc1 --port "$port" >"$work/server_$tag.txt" 2>&1 &
+      server=$!
+      pids+=($server)
+      sleep 0.3
+      opts="--iters 50 --qps 2"
+      [[ $spec == *lat* ]] && opts="--iters 100"
+      # shellcheck disable=SC2086
+      timeout 300 "$perf" --dev mrc0 --connect "127.0.0.1:$port" $spec --sweep 1:4M $opts \
+        --json "$work/perf_$tag.json" >"$work/client_$tag.txt" 2>&1 || {
+        tail -n 20 "$work/client_$tag.txt" "$work/server_$tag.txt" >&2
+        fail "mrc-perf $spec"
+      }
+      wait $server || fail "mrc-perf server ($spec) exited with an error"
+      $py - "$work/perf_$tag.json" "$spec" <<'EOF' || fail "mrc-perf $spec results"
+import json, sys
+j = json.load(open(sys.argv[1]))
+sizes = [r["bytes"] for r in j["results"]]
+want = [1 << k for k in range(23)]
+bad = []
+if sizes != want: bad.append(f"sizes {sizes[:3]}..{sizes[-1:]} (want 1 .. 4 MiB)")
+if not j["integrity_ok"]: bad.append("integrity_ok is false")
+for r in j["results"]:
+    if not r.get("integrity_ok", True): bad.append(f"{r['bytes']} B: integrity failed")
+big = j["results"][-1]
+print(f"{sys.argv[2]}: {len(sizes)} sizes; 4 MiB: " + ", ".join(f"{k}={big[k]}" for k in big if k != "bytes"))
+if bad:
+    print("; ".join(bad))
+    sys.exit(1)
+EOF
+    done
+    ;;
+  *)
+    fail "unknown case $case_name"
+    ;;
+esac
+echo "PASS: $case_name"
