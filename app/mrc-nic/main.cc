@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <map>
+#include <optional>
 #include <memory>
 #include <thread>
 
@@ -49,7 +51,9 @@ class StatsTable {
     for (uint32_t p = 0; p < max_planes(); ++p) fmt::print(" {:>17}", "(ok/bad/denied)");
     fmt::print("\n");
   }
-  void row(double t, uint64_t goodput_bytes) {
+  // goodput_bytes: the workload's completed bytes; none for host programs
+  // (their own tools report goodput).
+  void row(double t, std::optional<uint64_t> goodput_bytes) {
     const double dt = t - last_t_;
     if (dt <= 0) return;
     for (auto& d : nic_.devices()) {
@@ -57,17 +61,22 @@ class StatsTable {
       if (prev_.size() <= di) prev_.resize(di + 1);
       auto& pv = prev_[di];
       std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> states{};
+      // Per QP, so QPs that come and go (host programs) count only their own.
       uint64_t rtx = 0;
+      std::map<uint32_t, uint64_t> rtx_now;
       for (const auto& qi : d->qp_infos()) {
-        rtx += qi.ctr[engine::QpCtr::tx_retransmits];
+        const uint64_t r = qi.ctr[engine::QpCtr::tx_retransmits];
+        const auto it = pv.rtx.find(qi.qpn);
+        rtx += it != pv.rtx.end() && it->second <= r ? r - it->second : r;
+        rtx_now[qi.qpn] = r;
         std::vector<engine::EvInfo> evs;
         if (!d->ev_info(qi.qpn, evs)) continue;
         for (const auto& e : evs)
           if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
       }
       std::string line = fmt::format("{:>7.1f} {:<6}", t, d->name());
-      line += di == 0 ? fmt::format(" {:>9.2f}", double(goodput_bytes - last_goodput_) * 8 / dt / 1e9)
-                      : fmt::format(" {:>9}", "");
+      line += di == 0 && goodput_bytes ? fmt::format(" {:>9.2f}", double(*goodput_bytes - last_goodput_) * 8 / dt / 1e9)
+                                       : fmt::format(" {:>9}", di == 0 ? "-" : "");
       for (uint32_t p = 0; p < d->num_planes(); ++p) {
         const uint64_t tx = d->plane_counters(p)[size_t(dp::PlaneCtr::tx_bytes)];
         const double gbps = double(tx - pv.tx[p]) * 8 / dt / 1e9;
@@ -75,13 +84,13 @@ class StatsTable {
         line += fmt::format(" {:>6.2f}{} {:>9}", gbps, d->link_up(p) ? ' ' : '!', ev_state_counts(states[p]));
       }
       for (uint32_t p = d->num_planes(); p < max_planes(); ++p) line += fmt::format(" {:>17}", "");
-      line += fmt::format(" {:>9}", rtx - pv.rtx);
-      pv.rtx = rtx;
+      line += fmt::format(" {:>9}", rtx);
+      pv.rtx = std::move(rtx_now);
       fmt::print("{}\n", line);
     }
     std::fflush(stdout);
     last_t_ = t;
-    last_goodput_ = goodput_bytes;
+    if (goodput_bytes) last_goodput_ = *goodput_bytes;
   }
 
  private:
@@ -92,7 +101,7 @@ class StatsTable {
   }
   struct Prev {
     std::array<uint64_t, engine::kMaxPlanes> tx{};
-    uint64_t rtx = 0;
+    std::map<uint32_t, uint64_t> rtx;  // by QPN
   };
   dp::Nic& nic_;
   std::vector<Prev> prev_;
@@ -321,7 +330,7 @@ int run(int argc, char** argv) {
     const double t = elapsed();
     links.run(t);
     if (o.stats_interval > 0 && t >= next_row) {
-      table.row(t, wl ? wl->bytes_completed() : 0);
+      table.row(t, wl ? std::optional<uint64_t>(wl->bytes_completed()) : std::nullopt);
       next_row += o.stats_interval;
     }
     const bool time_up = (o.duration > 0 && t >= o.duration) || (wl_limit > 0 && t >= wl_limit);
@@ -347,7 +356,7 @@ int run(int argc, char** argv) {
   nic->stop();
   // A closing row only when it covers enough time to be a rate.
   if (o.stats_interval > 0 && seconds >= next_row - o.stats_interval / 2)
-    table.row(seconds, wl ? wl->bytes_completed() : 0);
+    table.row(seconds, wl ? std::optional<uint64_t>(wl->bytes_completed()) : std::nullopt);
   print_final_counters(*nic);
   if (host)
     for (size_t i = 0; i < size_t(dp::HostCtr::count); ++i)
