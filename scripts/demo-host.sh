@@ -39,20 +39,23 @@ trap 'echo "demo: interrupted" >&2; exit 130' INT TERM
 rm -rf "$MRC_RUN_DIR" "$sock"
 rm -f "$out"/host-{mrc0,mrc1}.{out,log} "$out"/host-perf-{client,server}.txt "$out/host-perf.json"
 eal=(--no-huge -m 1024 --no-pci --log-level='*:warning')
+# Two busy-polling NIC workers and the programs share 2 CPUs: an ACK timeout longer than a
+# scheduler slice (2^13 x 1.024 us = 8.4 ms) keeps a descheduled peer from looking lost.
+nic_opts=(${DEMO_NIC_OPTS:---timeout 13})
 
 echo
 echo "== host programs: mrc-perf over lib_mrc.so on two mrc-nic devices (4 memif planes)"
 echo "   1 MiB WRITEs on 4 QPs for 10 s, every byte checked; mrc0's plane 1 fails silently ~3 s in and is back ~3 s later"
 # mrc1 owns the memif sockets (server role); its worker on CPU 1, mrc0's on CPU 0.
 "$nic" "${eal[@]}" --file-prefix "${prefix}r" -l 0,1 -- --config config/nic/memif-responder.conf \
-  --stats-interval 0 >"$out/host-mrc1.out" 2>"$out/host-mrc1.log" &
+  --stats-interval 0 "${nic_opts[@]}" >"$out/host-mrc1.out" 2>"$out/host-mrc1.log" &
 pids+=($!)
 for _ in $(seq 1 200); do
   [ -S "$sock" ] && break
   sleep 0.05
 done
 "$nic" "${eal[@]}" --file-prefix "${prefix}q" --lcores '0@1,1@0' -- --config config/nic/memif-requester.conf \
-  --stats-interval 1 --link-event "mrc0:1 down at-ms=4500" --link-event "mrc0:1 up at-ms=7500" \
+  --stats-interval 1 "${nic_opts[@]}" --link-event "mrc0:1 down at-ms=4500" --link-event "mrc0:1 up at-ms=7500" \
   >"$out/host-mrc0.out" 2>"$out/host-mrc0.log" &
 pids+=($!)
 for _ in $(seq 1 200); do

@@ -3,7 +3,7 @@
 // ib_write_lat, with end-to-end verification of every byte it wrote.
 //
 //   server:  mrc-perf --dev mrc1 [--port 18515]
-//   client:  mrc-perf --dev mrc0 --connect HOST[:PORT] [--test bw|lat] ...
+//   client:  mrc-perf --dev mrc0 --connect HOST[:PORT] [--test bw|lat] [--event] ...
 //
 // The server serves one client and exits. Everything about the test (sizes,
 // iterations, QPs, MTU, ...) is decided by the client and sent to the server
@@ -25,7 +25,7 @@
 //   C->S PHASE_END    per QP: the number of WRs issued and completed
 //   S->C PHASE_RESULT verification verdict (slots/bytes checked, bad slots,
 //                     immediates received/bad, first problem as text)
-//   C->S BYE
+//   C->S BYE          {u8 overall integrity verdict of the client}
 //   either way ABORT  {u8 exit code, text}: the sender gives up
 //
 // Data pattern. Both sides fill a "master" buffer from the agreed seed:
@@ -52,6 +52,20 @@
 // the receive completion. A side only reuses a slot after its earlier write
 // there completed. Reported latency is half the round trip.
 //
+// Waiting for completions. By default both sides poll their CQs and call
+// sched_yield() after every empty poll, so that mrc-nic's polling lcores get
+// the CPU when they share it with us. With --event (like perftest's -e) a
+// side that has nothing to do sleeps on a completion channel instead: after
+// an empty poll it arms the CQ (mrc_req_notify_cq), polls once more to catch
+// a completion that came before the arm, then poll()s the channel's fd
+// (non-blocking; events are fetched with mrc_get_cq_event and acked) together
+// with the control connection, for at most kEventSliceMs so that the stall
+// and peer checks keep running. This applies to the bandwidth client's send
+// CQ, the server's receive CQ (write_imm) and both sides of the write_imm
+// latency test; latency WRITE mode detects the reply by polling memory and
+// cannot use it. A wait that times out and then finds a completion that did
+// not signal the channel is counted as a missed wakeup and reported.
+//
 // Exit codes: 0 success, 1 usage or setup error, 2 error while running
 // (completion error, stall, peer gone), 3 data integrity failure.
 
@@ -64,6 +78,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -84,6 +99,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -107,7 +123,7 @@ constexpr int kExitRun = 2;
 constexpr int kExitIntegrity = 3;
 
 constexpr uint32_t kMagic = 0x5043524d;  // "MRCP" as little-endian bytes
-constexpr uint16_t kProtoVersion = 1;
+constexpr uint16_t kProtoVersion = 2;
 constexpr uint32_t kMaxCtlPayload = 1u << 20;
 constexpr uint8_t kPortNum = 1;
 
@@ -122,6 +138,7 @@ constexpr uint32_t kPostBatch = 16;
 constexpr uint32_t kPollBatch = 32;
 constexpr auto kStall = std::chrono::seconds(10);
 constexpr auto kPeerCheck = std::chrono::milliseconds(50);
+constexpr int kEventSliceMs = 10;  // longest single sleep on a completion channel
 
 FILE* g_out = stdout;  // human-readable output (stderr when JSON goes to stdout)
 
@@ -167,6 +184,7 @@ struct Config {
   Op op = Op::Write;
   Test test = Test::Bw;
   bool verify = true;
+  bool event = false;  // sleep on a completion channel instead of polling
   uint32_t mtu = 4096;
   uint32_t gid_idx = 3;
   uint32_t qps = 1;
@@ -185,6 +203,7 @@ struct Config {
 
 const char* op_name(Op o) { return o == Op::Write ? "write" : "write_imm"; }
 const char* test_name(Test t) { return t == Test::Bw ? "bw" : "lat"; }
+const char* wait_name(bool event) { return event ? "event" : "poll"; }
 
 std::optional<ibv_mtu> mtu_enum(uint32_t bytes) {
   switch (bytes) {
@@ -518,6 +537,7 @@ class Ctl {
   ~Ctl() {
     if (fd_ >= 0) ::close(fd_);
   }
+  int fd() const { return fd_; }
 
   void send(Msg t, const Writer& w = Writer()) {
     const auto& p = w.bytes();
@@ -816,6 +836,9 @@ class Rdma {
     if (scq_) warn(mrc_destroy_cq(scq_), "mrc_destroy_cq(send)");
     if (rcq_) warn(mrc_destroy_cq(rcq_), "mrc_destroy_cq(recv)");
     scq_ = rcq_ = nullptr;
+    if (chan_) warn(mrc_destroy_comp_channel(chan_), "mrc_destroy_comp_channel");
+    chan_ = nullptr;
+    chan_fd_ = -1;
     for (Region* r : {&master_, &dst_, &latsrc_}) {
       if (r->mr) warn(ibv_dereg_mr(r->mr), "ibv_dereg_mr");
       r->mr = nullptr;
@@ -871,6 +894,20 @@ class Rdma {
   uint8_t* latsrc(uint32_t slot) const { return latsrc_.p + uint64_t(slot) * latsrc_stride_; }
   uint32_t latsrc_lkey() const { return latsrc_.mr->lkey; }
   const ibv_gid& gid() const { return gid_; }
+  bool event() const { return chan_ != nullptr; }
+  mrc_comp_channel* channel() const { return chan_; }
+  int channel_fd() const { return chan_fd_; }
+
+  // What the completion-channel waits did (event mode).
+  struct EventStats {
+    uint64_t arms = 0;      // mrc_req_notify_cq calls
+    uint64_t sleeps = 0;    // poll() calls on the channel
+    uint64_t events = 0;    // CQ events fetched (and acked)
+    uint64_t timeouts = 0;  // sleeps that ended without an event or control message
+    uint64_t missed = 0;    // timeouts after which a completion was waiting, unsignalled
+  };
+  EventStats& ev() { return ev_; }
+  const EventStats& ev() const { return ev_; }
 
  private:
   void open(const std::string& dev) {
@@ -931,9 +968,19 @@ class Rdma {
       rq_depth_ = bw ? (server_ ? std::min<uint32_t>(2 * cfg_.tx_depth + 32, 8192) : 1) : 8;
     else
       rq_depth_ = 1;
-    scq_ = check_ptr(mrc_create_cq(mctx_, int(nq * (sq_depth_ + 1) + 16), nullptr, nullptr, 0),
+    if (cfg_.event) {
+      // One channel serves both CQs; its fd is non-blocking so that
+      // mrc_get_cq_event() only fetches what poll() announced.
+      check(mrc_create_comp_channel(mctx_, &chan_), "mrc_create_comp_channel");
+      check(mrc_get_comp_channel_fd(chan_, &chan_fd_), "mrc_get_comp_channel_fd");
+      const int fl = ::fcntl(chan_fd_, F_GETFL);
+      if (fl < 0 || ::fcntl(chan_fd_, F_SETFL, fl | O_NONBLOCK) < 0)
+        fail_setup(fmt::format("fcntl(O_NONBLOCK) on the completion channel failed: {}",
+                               errno_text(errno)));
+    }
+    scq_ = check_ptr(mrc_create_cq(mctx_, int(nq * (sq_depth_ + 1) + 16), nullptr, chan_, 0),
                      "mrc_create_cq(send)");
-    rcq_ = check_ptr(mrc_create_cq(mctx_, int(nq * (rq_depth_ + 1) + 16), nullptr, nullptr, 0),
+    rcq_ = check_ptr(mrc_create_cq(mctx_, int(nq * (rq_depth_ + 1) + 16), nullptr, chan_, 0),
                      "mrc_create_cq(recv)");
 
     std::mt19937_64 rng(std::random_device{}());
@@ -997,7 +1044,10 @@ class Rdma {
     }
   }
 
+  // Whole pages: the library moves registered pages onto shared memory and
+  // refuses a registration that shares a page with another one.
   static void alloc(Region& r, uint64_t n) {
+    n = round_up(n, 4096);
     void* p = nullptr;
     const int rc = ::posix_memalign(&p, 4096, n);
     if (rc != 0)
@@ -1021,6 +1071,9 @@ class Rdma {
   ibv_context* ctx_ = nullptr;
   mrc_context* mctx_ = nullptr;
   ibv_pd* pd_ = nullptr;
+  mrc_comp_channel* chan_ = nullptr;
+  int chan_fd_ = -1;
+  EventStats ev_;
   mrc_cq* scq_ = nullptr;
   mrc_cq* rcq_ = nullptr;
   std::vector<mrc_qp*> qp_;
@@ -1038,6 +1091,116 @@ class Rdma {
 std::string wc_error(const ibv_wc& wc) {
   return fmt::format("{} (status {}, vendor_err {:#x})", ibv_wc_status_str(wc.status),
                      int(wc.status), wc.vendor_err);
+}
+
+// What a side does after polling one CQ: in poll mode, yield the CPU when
+// the CQ was empty; in event mode, arm the CQ after an empty poll (the
+// caller then polls again, which catches a completion that arrived before
+// the arm), and sleep on the completion channel after a second empty poll.
+// The sleep also ends when `extra_fd` (the control connection) is readable,
+// and after `timeout_ms` at the latest.
+//
+// A CQ is re-armed before every sleep: the channel is shared by both CQs,
+// so another waiter may have fetched the event of an earlier arm.
+class CqWaiter {
+ public:
+  CqWaiter(Rdma& r, mrc_cq* cq, int extra_fd = -1) : r_(r), cq_(cq), extra_fd_(extra_fd) {}
+
+  // `n`: what the poll that just happened returned.
+  void after_poll(int n, int timeout_ms = kEventSliceMs) {
+    extra_ready_ = false;
+    if (n > 0) {
+      if (timed_out_) check_missed();
+      armed_ = timed_out_ = false;
+      return;
+    }
+    if (!r_.event()) {
+      std::this_thread::yield();
+      return;
+    }
+    if (!armed_) {
+      const int rc = mrc_req_notify_cq(cq_, 0);
+      if (rc) {
+        const int e = errno;
+        fail_run(fmt::format("mrc_req_notify_cq failed: {}", rc_text(rc, e)));
+      }
+      ++r_.ev().arms;
+      armed_ = true;
+      timed_out_ = false;
+      return;
+    }
+    pollfd p[2] = {{r_.channel_fd(), POLLIN, 0}, {extra_fd_, POLLIN, 0}};
+    const int k = ::poll(p, extra_fd_ >= 0 ? 2 : 1, std::max(timeout_ms, 0));
+    armed_ = false;
+    if (k < 0) {
+      if (errno == EINTR) return;
+      fail_run(fmt::format("poll(completion channel) failed: {}", errno_text(errno)));
+    }
+    ++r_.ev().sleeps;
+    if (k == 0) {
+      ++r_.ev().timeouts;
+      timed_out_ = true;
+      return;
+    }
+    if (p[0].revents) drain();
+    if (extra_fd_ >= 0 && p[1].revents) extra_ready_ = true;
+  }
+
+  // The last sleep ended because the control connection has something.
+  bool extra_ready() const { return extra_ready_; }
+
+ private:
+  // Fetches and acks every pending event of the channel (any CQ).
+  void drain() {
+    for (;;) {
+      mrc_cq* cq = nullptr;
+      void* ctx = nullptr;
+      if (mrc_get_cq_event(r_.channel(), &cq, &ctx) != 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EINTR) continue;
+        fail_run(fmt::format("mrc_get_cq_event failed: {}", errno_text(errno)));
+      }
+      mrc_ack_cq_events(cq, 1);
+      ++r_.ev().events;
+    }
+  }
+
+  // The sleep timed out although the CQ was armed, and the next poll found
+  // completions. If the device signalled them, the fd is (or very soon will
+  // be) readable; if it stays silent, the wakeup was lost.
+  void check_missed() {
+    pollfd p{r_.channel_fd(), POLLIN, 0};
+    int k;
+    do k = ::poll(&p, 1, 5);
+    while (k < 0 && errno == EINTR);
+    if (k == 0) {
+      ++r_.ev().missed;
+      if (r_.ev().missed == 1)
+        fmt::print(stderr,
+                   "warning: missed wakeup: a completion was waiting after a {} ms sleep on an "
+                   "armed CQ, and the channel was never signalled\n",
+                   kEventSliceMs);
+    } else if (k > 0) {
+      drain();
+    }
+  }
+
+  Rdma& r_;
+  mrc_cq* cq_;
+  int extra_fd_;
+  bool armed_ = false, timed_out_ = false, extra_ready_ = false;
+};
+
+std::string event_summary(const Rdma::EventStats& e) {
+  return fmt::format("event waits: {} arms, {} sleeps, {} events, {} timeouts, {} missed wakeups",
+                     e.arms, e.sleeps, e.events, e.timeouts, e.missed);
+}
+
+std::string event_json(bool event, const Rdma::EventStats& e) {
+  if (!event) return "\"wait\": \"poll\"";
+  return fmt::format("\"wait\": \"event\", \"event_stats\": {{\"arms\": {}, \"sleeps\": {}, "
+                     "\"events\": {}, \"timeouts\": {}, \"missed_wakeups\": {}}}",
+                     e.arms, e.sleeps, e.events, e.timeouts, e.missed);
 }
 
 // Checks the WRITE_IMM receive completions of each QP.
@@ -1196,7 +1359,8 @@ Verdict get_verdict(Reader& r, bool& verified) {
 class LatSide {
  public:
   LatSide(Rdma& r, const Config& c, const Layout& l, Ctl& ctl, bool client)
-      : r_(r), c_(c), l_(l), ctl_(ctl), client_(client), imm_(r, l.size) {}
+      : r_(r), c_(c), l_(l), ctl_(ctl), client_(client), imm_(r, l.size),
+        recv_wait_(r, r.rcq(), ctl.fd()), send_wait_(r, r.scq()) {}
 
   // Fills source buffer (i % 2) with message i, once the send that used it
   // before (i - 2) has completed.
@@ -1240,14 +1404,18 @@ class LatSide {
     if (c_.imm()) {
       while (imm_.received(0) <= i) {
         reap_sends();
-        if (imm_.poll() == 0 && (++spin & 1023) == 0 && !housekeeping(start, last_check, i, end_n))
+        const int n = imm_.poll();
+        recv_wait_.after_poll(n);
+        if (n == 0 && (recv_wait_.extra_ready() || r_.event() || (++spin & 1023) == 0) &&
+            !housekeeping(start, last_check, i, end_n, recv_wait_.extra_ready()))
           return false;
       }
     } else {
       const volatile uint8_t* p = r_.dst(0) + (i % 2) * l_.stride + l_.size - 1;
       const uint8_t m = lat_marker(i);
       while (*p != m) {
-        if ((++spin & 4095) == 0) {
+        if ((++spin & 63) == 0) std::this_thread::yield();
+        if ((spin & 4095) == 0) {
           reap_sends();
           if (!housekeeping(start, last_check, i, end_n)) return false;
         }
@@ -1257,7 +1425,7 @@ class LatSide {
     return true;
   }
 
-  void reap_sends() {
+  int reap_sends() {
     ibv_wc wc[4];
     const int n = mrc_poll_cq(r_.scq(), 4, wc);
     if (n < 0) {
@@ -1274,14 +1442,17 @@ class LatSide {
         fail_run(fmt::format("send completion for message {} while {} was expected", wc[k].wr_id, done_));
       ++done_;
     }
+    return n;
   }
 
   void wait_send(uint64_t i) {
     const auto start = Clock::now();
     uint32_t spin = 0;
     while (done_ <= i) {
-      reap_sends();
-      if ((++spin & 1023) == 0 && Clock::now() - start > kStall)
+      const int n = reap_sends();
+      if (done_ > i) break;
+      send_wait_.after_poll(n);
+      if (((++spin & 1023) == 0 || r_.event()) && Clock::now() - start > kStall)
         fail_run(fmt::format("no send completion for latency message {} within {} s", i,
                              std::chrono::duration_cast<std::chrono::seconds>(kStall).count()));
     }
@@ -1294,9 +1465,9 @@ class LatSide {
 
  private:
   bool housekeeping(Clock::time_point start, Clock::time_point& last_check, uint64_t i,
-                    uint64_t* end_n) {
+                    uint64_t* end_n, bool ctl_ready = false) {
     const auto now = Clock::now();
-    if (now - last_check < kPeerCheck) return true;
+    if (!ctl_ready && now - last_check < kPeerCheck) return true;
     last_check = now;
     if (auto m = ctl_.poll_msg()) {
       if (!client_ && m->first == Msg::PhaseEnd && end_n) {
@@ -1321,6 +1492,7 @@ class LatSide {
   Ctl& ctl_;
   bool client_;
   ImmTracker imm_;
+  CqWaiter recv_wait_, send_wait_;
   uint64_t posted_ = 0, done_ = 0;
 };
 
@@ -1345,6 +1517,7 @@ struct Options {
   double stats_interval = 0;
   std::string json;
   bool no_verify = false;
+  bool event = false;
 };
 
 struct PhaseOut {
@@ -1444,7 +1617,7 @@ class Client {
     Ctl& ctl = *ctl_;
     Writer hello;
     hello.u16(kProtoVersion).u8(uint8_t(cfg_.op)).u8(uint8_t(cfg_.test)).u8(cfg_.verify)
-        .u32(cfg_.mtu).u32(cfg_.gid_idx).u32(cfg_.qps).u64(cfg_.iters).u64(cfg_.warmup)
+        .u8(cfg_.event).u32(cfg_.mtu).u32(cfg_.gid_idx).u32(cfg_.qps).u64(cfg_.iters).u64(cfg_.warmup)
         .u32(cfg_.tx_depth).u32(cfg_.cq_mod).u64(cfg_.seconds_ms).u64(cfg_.seed)
         .u32(uint32_t(cfg_.sizes.size()));
     for (uint64_t s : cfg_.sizes) hello.u64(s);
@@ -1467,12 +1640,12 @@ class Client {
 
     fmt::print(g_out,
                "mrc-perf client: {} -> {}:{}  test={} op={} qps={} mtu={} tx-depth={} cq-mod={} "
-               "{} warmup={} verify={} seed={:#x}\n",
+               "{} warmup={} verify={} wait={} seed={:#x}\n",
                o_.dev, host, port, test_name(cfg_.test), op_name(cfg_.op), cfg_.qps, path_mtu_,
                cfg_.tx_depth, cfg_.cq_mod,
                cfg_.seconds_ms ? fmt::format("seconds={}", double(cfg_.seconds_ms) / 1000)
                                : fmt::format("iters={}", cfg_.iters),
-               cfg_.warmup, cfg_.verify ? "on" : "off", cfg_.seed);
+               cfg_.warmup, cfg_.verify ? "on" : "off", wait_name(cfg_.event), cfg_.seed);
     for (uint32_t q = 0; q < cfg_.qps; ++q)
       fmt::print(g_out, "  QP {}: local qpn {:#08x} psn {:#08x} gid {}  remote qpn {:#08x} psn {:#08x} "
                  "gid {} addr {:#x} rkey {:#x}\n",
@@ -1485,14 +1658,17 @@ class Client {
       print_row(out);
       phases_.push_back(std::move(out));
     }
-    ctl.send(Msg::Bye);
     bool all_ok = true, any_verified = false;
     for (const auto& p : phases_) {
       any_verified |= p.verified;
       if (p.verified && !p.verdict.ok()) all_ok = false;
     }
+    Writer bye;
+    bye.u8(all_ok);
+    ctl.send(Msg::Bye, bye);
     if (any_verified)
       fmt::print(g_out, "integrity: {}\n", all_ok ? "ok (every size verified)" : "FAILED");
+    if (cfg_.event) fmt::print(g_out, "{}\n", event_summary(r.ev()));
     emit_json();
     return all_ok ? kExitOk : kExitIntegrity;
   }
@@ -1603,6 +1779,8 @@ class Client {
     const uint8_t* master = r.master().p;
     const uint32_t lkey = r.master().mr->lkey;
     const auto opcode = cfg_.imm() ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    CqWaiter waiter(r, r.scq(), ctl_->fd());
+    const bool event = r.event();
 
     for (;;) {
       bool busy = false;
@@ -1667,7 +1845,11 @@ class Client {
         progressed = true;
       }
 
-      if (n > 0 || (++spin & 255) == 0) {
+      // Empty CQ: let the NIC's workers run if they share our CPU (poll
+      // mode), or sleep until the next completion (event mode). Every slot
+      // of the window is in flight here, so the wait cannot deadlock.
+      waiter.after_poll(n);
+      if (n > 0 || event || (++spin & 255) == 0) {
         const auto now = Clock::now();
         if (n > 0) last_completion_ = now;
         if (progressed) {
@@ -1688,7 +1870,7 @@ class Client {
                                std::chrono::duration_cast<std::chrono::seconds>(kStall).count(),
                                l.size, where));
         }
-        if (now - last_peer > kPeerCheck) {
+        if (now - last_peer > kPeerCheck || waiter.extra_ready()) {
           last_peer = now;
           if (auto m = ctl_->poll_msg())
             fail_run(fmt::format("control protocol: unexpected {} during the test", msg_name(m->first)));
@@ -1763,10 +1945,11 @@ class Client {
     s += fmt::format("  \"tool\": \"mrc-perf\", \"role\": \"client\", \"dev\": {}, \"server\": {},\n",
                      json_str(o_.dev), json_str(o_.connect));
     s += fmt::format("  \"test\": \"{}\", \"op\": \"{}\", \"qps\": {}, \"mtu\": {}, \"tx_depth\": {}, "
-                     "\"cq_mod\": {}, \"warmup\": {}, \"seconds\": {}, \"verify\": {}, \"seed\": {},\n",
+                     "\"cq_mod\": {}, \"warmup\": {}, \"seconds\": {}, \"verify\": {}, \"seed\": \"{:#x}\",\n",
                      test_name(cfg_.test), op_name(cfg_.op), cfg_.qps, path_mtu_, cfg_.tx_depth,
                      cfg_.cq_mod, cfg_.warmup, json_num(double(cfg_.seconds_ms) / 1000),
                      cfg_.verify, cfg_.seed);
+    s += fmt::format("  {},\n", event_json(cfg_.event, rdma_ ? rdma_->ev() : Rdma::EventStats{}));
     s += "  \"results\": [";
     bool all_ok = true, any = false;
     for (size_t k = 0; k < phases_.size(); ++k) {
@@ -1847,6 +2030,8 @@ class Server {
     cfg_.op = Op(h.u8());
     cfg_.test = Test(h.u8());
     cfg_.verify = h.u8() != 0;
+    const uint8_t event = h.u8();
+    cfg_.event = event == 1;
     cfg_.mtu = h.u32();
     cfg_.gid_idx = h.u32();
     cfg_.qps = h.u32();
@@ -1861,15 +2046,18 @@ class Server {
     for (uint32_t k = 0; k < ns; ++k) cfg_.sizes.push_back(h.u64());
     if (uint8_t(cfg_.op) > 1 || uint8_t(cfg_.test) > 1 || cfg_.qps == 0 || cfg_.qps > kMaxQps ||
         cfg_.tx_depth == 0 || cfg_.tx_depth > kMaxTxDepth || !mtu_enum(cfg_.mtu) ||
-        (cfg_.lat() && cfg_.qps != 1))
+        (cfg_.lat() && cfg_.qps != 1) || event > 1 || (cfg_.event && cfg_.lat() && !cfg_.imm()))
       fail_setup("client sent an invalid configuration");
     for (uint64_t s : cfg_.sizes)
       if (s == 0 || s > kMaxSize) fail_setup(fmt::format("client sent invalid size {}", s));
 
-    fmt::print(g_out, "mrc-perf server: {}  test={} op={} qps={} sizes={}..{} verify={} (client's settings)\n",
+    fmt::print(g_out, "mrc-perf server: {}  test={} op={} qps={} sizes={}..{} verify={} wait={} "
+               "(client's settings)\n",
                o_.dev, test_name(cfg_.test), op_name(cfg_.op), cfg_.qps,
                human_size(cfg_.sizes.front()), human_size(cfg_.sizes.back()),
-               cfg_.verify ? "on" : "off");
+               cfg_.verify ? "on" : "off", wait_name(cfg_.event));
+    if (o_.event && !cfg_.event)
+      fmt::print(g_out, "note: --event ignored: the client's settings apply (it polls)\n");
     std::fflush(g_out);
     rdma_.emplace(o_.dev, cfg_, true);
     Rdma& r = *rdma_;
@@ -1892,7 +2080,12 @@ class Server {
       {
         // Wait for the next phase or the end, as long as the client takes.
         auto got = next_msg();
-        if (got.first == Msg::Bye) break;
+        if (got.first == Msg::Bye) {
+          // The client's verdict covers what it checked itself (latency
+          // replies), so a failure there fails the server run too.
+          client_ok_ = got.second.u8() != 0;
+          break;
+        }
         if (got.first != Msg::PhaseBegin)
           fail_run(fmt::format("control protocol: unexpected {}", msg_name(got.first)));
         m = std::move(got.second);
@@ -1923,9 +2116,14 @@ class Server {
       std::fflush(g_out);
       phases_.push_back(std::move(p));
     }
+    if (cfg_.event) fmt::print(g_out, "{}\n", event_summary(r.ev()));
     emit_json();
     for (const auto& p : phases_)
       if (p.verified && !p.verdict.ok()) return kExitIntegrity;
+    if (!client_ok_) {
+      fmt::print(g_out, "the client reports an integrity failure\n");
+      return kExitIntegrity;
+    }
     return kExitOk;
   }
 
@@ -1960,9 +2158,15 @@ class Server {
         fail_run(fmt::format("control protocol: unexpected {}", msg_name(got.first)));
       p.totals = read_totals(got.second);
     } else {
+      // Receive completions until the client's PHASE_END; in event mode the
+      // wait also ends when the control connection has something.
+      CqWaiter waiter(r, r.rcq(), ctl_->fd());
       uint32_t idle = 0;
       for (;;) {
-        if (imm.poll() == 0 && (++idle & 255) == 0) {
+        const int n = imm.poll();
+        waiter.after_poll(n);
+        if (n != 0) continue;
+        if (waiter.extra_ready() || (++idle & 255) == 0) {
           if (auto m = ctl_->poll_msg()) {
             if (m->first != Msg::PhaseEnd)
               fail_run(fmt::format("control protocol: unexpected {}", msg_name(m->first)));
@@ -1979,7 +2183,7 @@ class Server {
           if (imm.received(q) < p.totals[q]) return true;
         return false;
       };
-      while (missing() && Clock::now() < until) imm.poll();
+      while (missing() && Clock::now() < until) waiter.after_poll(imm.poll());
       imm.poll();
       Verdict& iv = imm.verdict();
       for (uint32_t q = 0; q < cfg_.qps; ++q)
@@ -2050,6 +2254,7 @@ class Server {
     s += fmt::format("  \"tool\": \"mrc-perf\", \"role\": \"server\", \"dev\": {},\n", json_str(o_.dev));
     s += fmt::format("  \"test\": \"{}\", \"op\": \"{}\", \"qps\": {}, \"mtu\": {}, \"verify\": {},\n",
                      test_name(cfg_.test), op_name(cfg_.op), cfg_.qps, path_mtu_, cfg_.verify);
+    s += fmt::format("  {},\n", event_json(cfg_.event, rdma_ ? rdma_->ev() : Rdma::EventStats{}));
     s += "  \"results\": [";
     bool all_ok = true, any = false;
     for (size_t k = 0; k < phases_.size(); ++k) {
@@ -2072,8 +2277,9 @@ class Server {
       s += "}";
     }
     s += phases_.empty() ? "],\n" : "\n  ],\n";
-    s += fmt::format("  \"integrity_ok\": {},\n", any ? (all_ok ? "true" : "false") : "null");
-    s += fmt::format("  \"ok\": {}, \"error\": {}\n}}\n", error_.empty() && all_ok,
+    s += fmt::format("  \"integrity_ok\": {}, \"client_integrity_ok\": {},\n",
+                     any ? (all_ok ? "true" : "false") : "null", client_ok_);
+    s += fmt::format("  \"ok\": {}, \"error\": {}\n}}\n", error_.empty() && all_ok && client_ok_,
                      error_.empty() ? "null" : json_str(error_));
     write_json(o_.json, s);
   }
@@ -2083,6 +2289,7 @@ class Server {
   std::optional<Ctl> ctl_;
   std::optional<Rdma> rdma_;
   uint32_t path_mtu_ = 0;
+  bool client_ok_ = true;
   std::vector<ServerPhase> phases_;
   std::string error_;
 };
@@ -2094,6 +2301,7 @@ Config make_config(const Options& o) {
   c.op = o.op == "write_imm" ? Op::WriteImm : Op::Write;
   c.test = o.test == "lat" ? Test::Lat : Test::Bw;
   c.verify = !o.no_verify;
+  c.event = o.event;
   c.mtu = o.mtu;
   c.gid_idx = o.gid_idx;
   c.qps = o.qps;
@@ -2107,6 +2315,10 @@ Config make_config(const Options& o) {
 
   if (!mtu_enum(c.mtu)) fail_setup(fmt::format("--mtu {}: must be 256, 512, 1024, 2048 or 4096", c.mtu));
   if (c.lat() && c.qps != 1) fail_setup("--test lat runs on one QP; drop --qps");
+  if (c.event && c.lat() && !c.imm())
+    fail_setup("--event does not apply to --test lat --op write: that test detects each reply by "
+               "polling the destination memory, which raises no completion to wait for "
+               "(use --op write_imm, or drop --event)");
   if (!o.sweep.empty()) {
     const auto colon = o.sweep.find(':');
     const auto lo = colon == std::string::npos ? std::nullopt : parse_size(o.sweep.substr(0, colon));
@@ -2165,6 +2377,8 @@ int real_main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--json", o.json, "write results as JSON to FILE ('-': stdout)");
   app.add_flag("--no-verify", o.no_verify, "skip the data and immediate checks");
+  app.add_flag("-e,--event", o.event,
+               "sleep on a completion channel instead of polling CQs (bw; lat with write_imm)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
