@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -829,6 +830,101 @@ static void negative(const char *tag, uint64_t laddr, uint32_t len, uint32_t lke
 	destroy_pair(&p);
 }
 
+/*
+ * Memory from ordinary allocators, and keys that must not reach across
+ * access rights, protection domains or clients.
+ */
+static void test_allocators_and_isolation(void)
+{
+	const size_t len = 1 << 20;
+	uint8_t *src = malloc(len);
+	uint8_t *dst = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *ro = malloc(len);
+	uint8_t *other = malloc(len);
+	struct ibv_mr *msrc = NULL, *mdst = NULL, *mro = NULL, *mother = NULL, *mforeign = NULL;
+	struct ibv_pd *pd2 = NULL, *fpd = NULL;
+	struct ibv_context *fctx = NULL;
+	uint8_t *foreign = NULL;
+	struct pair p;
+	struct ibv_wc wc;
+
+	if (!src || dst == MAP_FAILED || !ro || !other) {
+		report(0, "allocators: buffers", "out of memory");
+		goto out;
+	}
+	fill(src, len, 77);
+	memset(dst, 0, len);
+	msrc = ibv_reg_mr(A.pd, src, len, IBV_ACCESS_LOCAL_WRITE);
+	report(msrc != NULL, "allocators: ibv_reg_mr of a malloc'd buffer", "errno %d", errno);
+	mdst = ibv_reg_mr(B.pd, dst, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	report(mdst != NULL, "allocators: ibv_reg_mr of an mmap'd buffer", "errno %d", errno);
+	if (!msrc || !mdst || make_pair(&p, "allocators", NULL, NULL, 0))
+		goto out;
+	if (post_write(p.qa, 0xA1, (uintptr_t)src, (uint32_t)len, msrc->lkey, (uintptr_t)dst,
+		       mdst->rkey, 1, 0, 0) == 0 && wait_cq(p.cqa, &wc, 1, TIMEOUT_MS, "allocators") == 1) {
+		report(wc.status == IBV_WC_SUCCESS, "allocators: 1 MiB WRITE from malloc'd to mmap'd memory",
+		       "status %s", wc_status(wc.status));
+		__sync_synchronize();
+		check_bytes(dst, src, len, "allocators: bytes placed in the mmap'd buffer");
+	} else {
+		report(0, "allocators: 1 MiB WRITE from malloc'd to mmap'd memory", "no completion");
+	}
+	destroy_pair(&p);
+
+	/* A region registered without remote write refuses remote writes. */
+	memset(ro, 0x5c, 64);
+	mro = ibv_reg_mr(B.pd, ro, len, IBV_ACCESS_LOCAL_WRITE);
+	if (report(mro != NULL, "isolation: ibv_reg_mr without remote write", "errno %d", errno), mro)
+		negative("rkey of a region without remote write", A_ADDR(0), 64, A.mr->lkey, (uintptr_t)ro,
+			 mro->rkey, IBV_WC_REM_ACCESS_ERR, 0, ro, 64);
+
+	/* An lkey from another protection domain of the same client. */
+	pd2 = ibv_alloc_pd(A.ctx);
+	if (pd2)
+		mother = ibv_reg_mr(pd2, other, len, IBV_ACCESS_LOCAL_WRITE);
+	if (report(mother != NULL, "isolation: a region in a second PD", "errno %d", errno), mother)
+		negative("lkey of another PD", (uintptr_t)other, 64, mother->lkey, B_ADDR(0), B.mr->rkey,
+			 IBV_WC_LOC_PROT_ERR, 0, NULL, 0);
+
+	/* Another client's region on the responder's device, rkey and all. */
+	fctx = ibv_open_device(B.dev);
+	if (fctx)
+		fpd = ibv_alloc_pd(fctx);
+	foreign = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fpd && foreign != MAP_FAILED) {
+		memset(foreign, 0x5c, 64);
+		mforeign = ibv_reg_mr(fpd, foreign, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	}
+	if (report(mforeign != NULL, "isolation: a second client registers a region on the responder's device",
+		   "errno %d", errno), mforeign)
+		negative("another client's rkey", A_ADDR(0), 64, A.mr->lkey, (uintptr_t)foreign, mforeign->rkey,
+			 IBV_WC_REM_ACCESS_ERR, 0, foreign, 64);
+out:
+	if (mforeign)
+		api(ibv_dereg_mr(mforeign), "isolation: ibv_dereg_mr (second client)");
+	if (fpd)
+		api(ibv_dealloc_pd(fpd), "isolation: ibv_dealloc_pd (second client)");
+	if (fctx)
+		api(ibv_close_device(fctx), "isolation: ibv_close_device (second client)");
+	if (mother)
+		api(ibv_dereg_mr(mother), "isolation: ibv_dereg_mr (second PD)");
+	if (pd2)
+		api(ibv_dealloc_pd(pd2), "isolation: ibv_dealloc_pd (second PD)");
+	if (mro)
+		api(ibv_dereg_mr(mro), "isolation: ibv_dereg_mr (no remote write)");
+	if (msrc)
+		api(ibv_dereg_mr(msrc), "allocators: ibv_dereg_mr (malloc)");
+	if (mdst)
+		api(ibv_dereg_mr(mdst), "allocators: ibv_dereg_mr (mmap)");
+	free(src);
+	free(ro);
+	free(other);
+	if (dst != MAP_FAILED)
+		munmap(dst, len);
+	if (foreign && foreign != MAP_FAILED)
+		munmap(foreign, len);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1148,6 +1244,8 @@ int main(int argc, char **argv)
 		 B.buf + DST_LEN - 32, 32);
 	negative("local length past the region", A_ADDR(SRC_LEN - 32), 64, A.mr->lkey,
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
+
+	test_allocators_and_isolation();
 
 	unsupported("num_sge = 2", IBV_WR_RDMA_WRITE, 2);
 	unsupported("opcode IBV_WR_SEND", IBV_WR_SEND, 1);
