@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "host/abi.h"
+#include "wire/ev.h"
 
 namespace mrc::dp {
 
@@ -129,8 +131,65 @@ struct HostQp {
   engine::QpAttr attr;
   std::array<uint8_t, 16> dgid{};
   uint32_t sgid_index = 0, access = 0;
+  uint64_t ev_profile = 0, cc_profile = 0;  // controller profiles the QP uses (0: the device's own)
   Mapping map;
 };
+
+// Controller state of one device (mrc_ctl.h): profiles outlive the
+// controller that made them; QPs attach to them by id.
+constexpr uint32_t kCtlGood = 1u << 0, kCtlAssumedBad = 1u << 1, kCtlDenied = 1u << 2;
+constexpr uint32_t kFmtStev = 1u << 0, kFmtUdp = 1u << 2;
+constexpr uint32_t kEvModeExp = 1u << 1, kEvModeGen = 1u << 2;
+constexpr uint32_t kStateInit = 0, kStateOffline = 1, kStateOnline = 2;
+constexpr uint32_t kOptEvEvent = 1u << 2, kOptPreciseDrops = 1u << 4, kOptEpProbe = 1u << 5;
+constexpr uint32_t kMaxFmtProfiles = 16, kMaxEvProfiles = 64, kMaxCcProfiles = 64, kMaxEvsTotal = 65536;
+const char* const kCcAlgorithms[] = {"uet-1.0-nscc", "dcqcn"};
+
+struct EvRec {
+  abi::CtlEv e{};
+  std::vector<abi::CtlEvEntry> entries;
+  std::vector<std::pair<uint64_t, uint32_t>> qps;  // (client, QP handle)
+};
+
+struct CcRec {
+  abi::CtlCc c{};
+  uint32_t qp_refs = 0;
+};
+
+struct EventSink {
+  uint64_t client = 0;
+  uint32_t handle = 0;
+  uint32_t depth = 0;
+  abi::QueueHeader* hdr = nullptr;
+  abi::CtlEvent* ring = nullptr;
+  uint32_t prod = 0, fired = 0, dropped = 0;
+  int eventfd = -1;
+  Mapping map;
+};
+
+struct CtlState {
+  std::map<uint64_t, abi::CtlFmt> fmts;
+  std::map<uint64_t, EvRec> evs;
+  std::map<uint64_t, CcRec> ccs;
+  std::vector<EventSink> sinks;
+};
+
+uint32_t fmt_bits(const abi::CtlFmt& f) {
+  uint32_t b = 0;
+  for (uint32_t i = 0; i < f.nfields; ++i) b += f.widths[i];
+  return b;
+}
+
+wire::EvFormat wire_format(uint32_t mode) { return mode == kFmtStev ? wire::EvFormat::stev : wire::EvFormat::udp; }
+
+bool legal_transition(uint32_t from, uint32_t to) {
+  return to <= kStateOnline && (to == from || (from == kStateInit && to == kStateOffline) ||
+                                (from == kStateOffline && (to == kStateOnline || to == kStateInit)) ||
+                                (from == kStateOnline && to == kStateOffline));
+}
+
+std::string state_name(uint32_t s) { return s == kStateInit ? "INIT" : s == kStateOffline ? "OFFLINE" : "ONLINE"; }
+
 
 struct Segment {
   Mapping map;
@@ -144,6 +203,7 @@ struct Client {
   int events_fd = -1;
   Device* dev = nullptr;
   uint32_t pid = 0;
+  bool admin = false;  // CAP_NET_ADMIN: may use the controller API
   uint32_t next_handle = 1;
   std::map<uint32_t, Segment> segments;
   std::vector<Mapping> retired;  // released segments a requester may still read
@@ -182,6 +242,38 @@ struct HostService::Impl {
   std::thread thread;
   bool started = false;
   HostCounters ctr;
+  std::vector<CtlState> ctl;  // per device
+  // From lcores: EV events and endpoint responses, by device index.
+  std::mutex ctl_mu;
+  std::vector<std::pair<uint32_t, EvEventRecord>> ev_events;
+  std::vector<std::pair<uint32_t, EndpointResponse>> ep_responses;
+
+  void post_ev_event(uint32_t dev, const EvEventRecord& e) {
+    {
+      std::lock_guard<std::mutex> g(ctl_mu);
+      ev_events.emplace_back(dev, e);
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = write(wake, &one, sizeof one);
+  }
+  void post_ep_response(uint32_t dev, const EndpointResponse& r) {
+    std::lock_guard<std::mutex> g(ctl_mu);
+    ep_responses.emplace_back(dev, r);
+  }
+
+  // Controller requests.
+  std::string ctl_handle(Client& c, const abi::Request& rq, std::span<const uint8_t> payload, int ring_fd, int event_fd,
+                         abi::Response& rs, std::vector<uint8_t>& out);
+  std::string put_fmt(Client& c, const abi::CtlFmt& f, abi::Response& rs);
+  std::string put_ev(Client& c, const abi::CtlEv& e, std::span<const abi::CtlEvEntry> entries, abi::Response& rs);
+  std::string put_cc(Client& c, const abi::CtlCc& cc, abi::Response& rs);
+  void get_ev(Client& c, uint64_t id, abi::Response& rs, std::vector<uint8_t>& out);
+  std::string ep_send(Client& c, const abi::CtlEpBatch& b, std::span<const abi::CtlEpReq> reqs, abi::Response& rs,
+                      std::vector<uint8_t>& out);
+  void deliver_ev_events();
+  HostQp* find_qp(uint32_t dev, uint32_t qpn);
+  void apply_denials(Client& c, HostQp& q);
+  void detach(Client& c, HostQp& q);
 
   Impl(Nic& n, HostOptions opts) : nic(n), o(std::move(opts)) {}
 
@@ -198,7 +290,9 @@ struct HostService::Impl {
   void accept_on(size_t dev_index);
   void first_message(int fd, Device* dev);
   bool serve(Client& c);
-  void handle(Client& c, const abi::Request& rq, int fds[2], int nfds, abi::Response& rs);
+  void handle(Client& c, const abi::Request& rq, std::span<const uint8_t> payload, int fds[2], int nfds,
+              abi::Response& rs, std::vector<uint8_t>& out);
+  std::vector<uint8_t> rx_buf;
   void reclaim(Client& c);
   void send_event(Client& c, const abi::Event& e);
   void check_links();
@@ -220,7 +314,8 @@ struct HostService::Impl {
 // completions into CQs.
 class HostShard final : public ShardApp {
  public:
-  HostShard(HostService::Impl& svc, Shard& s) : svc_(svc), first_qpn_(s.engine().config().first_qpn) {
+  HostShard(HostService::Impl& svc, Shard& s)
+      : svc_(svc), dev_(s.device().index()), first_qpn_(s.engine().config().first_qpn) {
     by_qpn_.assign(s.engine().config().max_qps, nullptr);
   }
 
@@ -259,8 +354,12 @@ class HostShard final : public ShardApp {
     write_cqe(s, recv ? *q->rcq : *q->scq, e, recv || c.status != engine::WcStatus::success);
   }
 
+ void on_ev_event(Shard&, const EvEventRecord& e) override { svc_.post_ev_event(dev_, e); }
+  void on_endpoint_response(Shard&, const EndpointResponse& r) override { svc_.post_ep_response(dev_, r); }
+
  private:
   HostService::Impl& svc_;
+  uint32_t dev_;
   uint32_t first_qpn_;
   std::vector<HostQp*> qps_;
   std::vector<HostQp*> by_qpn_;
@@ -391,12 +490,13 @@ namespace {
 
 bool send_msg(int fd, const void* p, size_t n) { return send(fd, p, n, MSG_NOSIGNAL) == ssize_t(n); }
 
-// One request with up to two descriptors; returns bytes, 0 on hang-up, -1
-// on error.
-ssize_t recv_request(int fd, abi::Request& rq, int fds[2], int& nfds) {
+// One request (and its payload) with up to two descriptors; returns bytes,
+// 0 on hang-up, -1 on error.
+ssize_t recv_request(int fd, std::vector<uint8_t>& buf, int fds[2], int& nfds) {
   nfds = 0;
+  buf.resize(sizeof(abi::Request) + abi::kMaxPayload);
   alignas(cmsghdr) char ctl[CMSG_SPACE(2 * sizeof(int))];
-  iovec iov{&rq, sizeof rq};
+  iovec iov{buf.data(), buf.size()};
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
@@ -418,6 +518,30 @@ ssize_t recv_request(int fd, abi::Request& rq, int fds[2], int& nfds) {
   }
   if (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return -1;
   return n;
+}
+
+bool send_response(int fd, const abi::Response& rs, const std::vector<uint8_t>& payload) {
+  iovec iov[2] = {{const_cast<abi::Response*>(&rs), sizeof rs},
+                  {const_cast<uint8_t*>(payload.data()), payload.size()}};
+  msghdr m{};
+  m.msg_iov = iov;
+  m.msg_iovlen = payload.empty() ? 1 : 2;
+  return sendmsg(fd, &m, MSG_NOSIGNAL) == ssize_t(sizeof rs + payload.size());
+}
+
+// Whether a client process holds CAP_NET_ADMIN (what a controller needs).
+bool peer_is_admin(int fd) {
+  ucred cr{};
+  socklen_t len = sizeof cr;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0) return false;
+  FILE* f = std::fopen(fmt::format("/proc/{}/status", cr.pid).c_str(), "r");
+  if (!f) return false;
+  char line[256];
+  bool admin = false;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, "CapEff:", 7) == 0) admin = (std::strtoull(line + 7, nullptr, 16) >> 12) & 1;
+  std::fclose(f);
+  return admin;
 }
 
 }  // namespace
@@ -446,6 +570,7 @@ void HostService::Impl::loop() {
       }
       for (auto& [id, e] : evs)
         if (auto it = clients.find(id); it != clients.end()) send_event(*it->second, e);
+      deliver_ev_events();
     }
     std::vector<size_t> accepting;  // after the loops below: they index pfds by `pending`
     for (size_t d = 0; d < listen_fds.size(); ++d)
@@ -481,10 +606,12 @@ void HostService::Impl::accept_on(size_t d) {
 }
 
 void HostService::Impl::first_message(int fd, Device* dev) {
-  abi::Request rq{};
+  std::vector<uint8_t> buf;
   int fds[2], nfds = 0;
-  const ssize_t n = recv_request(fd, rq, fds, nfds);
+  const ssize_t n = recv_request(fd, buf, fds, nfds);
   for (int k = 0; k < nfds; ++k) close(fds[k]);
+  abi::Request rq{};
+  if (n == ssize_t(sizeof rq)) std::memcpy(&rq, buf.data(), sizeof rq);
   if (n != ssize_t(sizeof rq)) {
     if (n != 0) ctr.inc(HostCtr::bad_requests);
     close(fd);
@@ -506,18 +633,19 @@ void HostService::Impl::first_message(int fd, Device* dev) {
     fmt::format_to_n(rs.message, sizeof rs.message - 1, "device speaks host ABI {}; the library {}",
                      abi::kAbiVersion, rq.hello.abi_version);
     ctr.inc(HostCtr::bad_requests);
-    send_msg(fd, &rs, sizeof rs);
+    send_response(fd, rs, {});
     close(fd);
     return;
   }
   auto c = std::make_unique<Client>();
+  c->admin = peer_is_admin(fd);
   c->id = next_client++;
   c->token = rng() | 1;
   c->fd = fd;
   c->dev = dev;
   c->pid = rq.hello.pid;
   hello(*c, rs);
-  if (!send_msg(fd, &rs, sizeof rs)) {
+  if (!send_response(fd, rs, {})) {
     close(fd);
     return;
   }
@@ -562,26 +690,31 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
 }
 
 bool HostService::Impl::serve(Client& c) {
-  abi::Request rq{};
   int fds[2] = {-1, -1}, nfds = 0;
-  const ssize_t n = recv_request(c.fd, rq, fds, nfds);
+  const ssize_t n = recv_request(c.fd, rx_buf, fds, nfds);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
   if (n <= 0) return false;
   abi::Response rs{};
-  if (n != ssize_t(sizeof rq)) {
+  std::vector<uint8_t> out;
+  abi::Request rq{};
+  if (size_t(n) >= sizeof rq) std::memcpy(&rq, rx_buf.data(), sizeof rq);
+  if (size_t(n) < sizeof rq || size_t(n) != sizeof rq + rq.payload_len) {
     ctr.inc(HostCtr::bad_requests);
     rs.err = EPROTO;
-    fmt::format_to_n(rs.message, sizeof rs.message - 1, "request of {} bytes, expected {}", n, sizeof rq);
+    fmt::format_to_n(rs.message, sizeof rs.message - 1, "request of {} bytes, expected {} and its payload", n,
+                     sizeof rq);
   } else {
-    handle(c, rq, fds, nfds, rs);
+    handle(c, rq, {rx_buf.data() + sizeof rq, rq.payload_len}, fds, nfds, rs, out);
   }
   for (int k = 0; k < nfds; ++k)
     if (fds[k] >= 0) close(fds[k]);
   if (rs.err) ctr.inc(HostCtr::requests_failed);
-  return send_msg(c.fd, &rs, sizeof rs);
+  rs.payload_len = uint32_t(out.size());
+  return send_response(c.fd, rs, out);
 }
 
-void HostService::Impl::handle(Client& c, const abi::Request& rq, int fds[2], int nfds, abi::Response& rs) {
+void HostService::Impl::handle(Client& c, const abi::Request& rq, std::span<const uint8_t> payload, int fds[2],
+                               int nfds, abi::Response& rs, std::vector<uint8_t>& out) {
   std::string err;
   auto fd_at = [&](int k) {
     if (k >= nfds) return -1;
@@ -669,6 +802,23 @@ void HostService::Impl::handle(Client& c, const abi::Request& rq, int fds[2], in
       err = destroy_qp(c, rq.handle);
       if (!err.empty()) rs.err = EINVAL;
       break;
+    case abi::Op::ctl_query:
+    case abi::Op::ctl_port:
+    case abi::Op::ctl_get_fmt:
+    case abi::Op::ctl_put_fmt:
+    case abi::Op::ctl_get_ev:
+    case abi::Op::ctl_put_ev:
+    case abi::Op::ctl_get_cc:
+    case abi::Op::ctl_put_cc:
+    case abi::Op::ctl_event_cq:
+    case abi::Op::ctl_ep_send: {
+      const int ring = fd_at(0), ev = fd_at(1);
+      err = ctl_handle(c, rq, payload, ring, ev, rs, out);
+      if (ring >= 0) close(ring);
+      if (!err.empty() && ev >= 0) close(ev);  // on success the sink keeps it
+      if (!err.empty() && !rs.err) rs.err = EINVAL;
+      break;
+    }
     default:
       ctr.inc(HostCtr::bad_requests);
       rs.err = EPROTO;
@@ -773,7 +923,17 @@ std::string HostService::Impl::create_cq(Client& c, const abi::CreateCq& r, int 
 
 std::string HostService::Impl::destroy_cq(Client& c, uint32_t handle) {
   auto it = c.cqs.find(handle);
-  if (it == c.cqs.end()) return "no such CQ";
+  if (it == c.cqs.end()) {  // an EV event CQ?
+    auto& sinks = ctl[c.dev->index()].sinks;
+    for (auto sk = sinks.begin(); sk != sinks.end(); ++sk)
+      if (sk->client == c.id && sk->handle == handle) {
+        sk->map.unmap();
+        if (sk->eventfd >= 0) close(sk->eventfd);
+        sinks.erase(sk);
+        return {};
+      }
+    return "no such CQ";
+  }
   if (it->second->qp_refs) return "CQ busy: QPs still use it";
   it->second->map.unmap();
   if (it->second->eventfd >= 0) close(it->second->eventfd);
@@ -882,8 +1042,57 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
     attr.max_wimm_dest = a.max_wimm_dest;
   }
   // Profiles are programmed by a controller (mrc_ctl); 0 is the device's own.
-  if ((a.mask & abi::kModEvProfile) && a.ev_profile) return fmt::format("unknown EV profile {}", a.ev_profile);
-  if ((a.mask & abi::kModCcProfile) && a.cc_profile) return fmt::format("unknown CC profile {}", a.cc_profile);
+  CtlState& st = ctl[dev.index()];
+  const EvRec* ev_rec = nullptr;
+  const CcRec* cc_rec = nullptr;
+  if ((a.mask & abi::kModEvProfile) && a.ev_profile) {
+    auto it = st.evs.find(a.ev_profile);
+    if (it == st.evs.end() || it->second.e.state != kStateOnline)
+      return fmt::format("EV profile {} is not ONLINE", a.ev_profile);
+    ev_rec = &it->second;
+    const abi::CtlFmt& fm = st.fmts[ev_rec->e.fmt_id];
+    attr.ev.format = wire_format(fm.mode);
+    attr.ev.evs.clear();
+    for (const auto& en : ev_rec->entries) {
+      wire::EvBytes v{};
+      std::memcpy(v.data(), en.val, 32);
+      attr.ev.evs.push_back({wire::ev_value(v, fmt_bits(fm)), uint8_t(en.port - 1)});
+    }
+    attr.ev.ev_min_active = std::max<uint32_t>(1, ev_rec->e.min_active);
+    attr.ev.active_per_plane = 0;
+  } else if ((a.mask & abi::kModEvProfile) && !a.ev_profile) {
+    attr.ev = o.qp_defaults.ev;
+  }
+  if ((a.mask & abi::kModCcProfile) && a.cc_profile) {
+    auto it = st.ccs.find(a.cc_profile);
+    if (it == st.ccs.end() || it->second.c.state != kStateOnline)
+      return fmt::format("CC profile {} is not ONLINE", a.cc_profile);
+    cc_rec = &it->second;
+    const std::string algo(cc_rec->c.algorithm, strnlen(cc_rec->c.algorithm, sizeof cc_rec->c.algorithm));
+    attr.cc = o.qp_defaults.cc;
+    attr.cc.algo = algo == kCcAlgorithms[0] ? engine::CcAlgo::nscc
+                   : algo == kCcAlgorithms[1] ? engine::CcAlgo::dcqcn
+                                               : engine::CcAlgo::none;
+    if (attr.cc.algo == engine::CcAlgo::nscc && cc_rec->c.has_config) {
+      const auto& n = cc_rec->c.nscc;
+      auto& x = attr.cc.nscc;
+      x.disable_qa = n.disable_qa != 0;
+      x.adjust_bytes_threshold = n.adjust_bytes_threshold;
+      x.adjust_period_threshold = n.adjust_period_threshold;
+      x.base_rtt = n.base_rtt;
+      x.eta = n.eta;
+      x.fi = n.fi;
+      x.fi_scale = n.fi_scale;
+      x.gamma = n.gamma;
+      x.max_md_jump = n.max_md_jump;
+      x.max_cwnd = n.max_cwnd;
+      x.qa_gate = uint8_t(n.qa_gate);
+      x.qa_threshold = n.qa_threshold;
+      x.target_delay = n.target_delay;
+    }
+  } else if ((a.mask & abi::kModCcProfile) && !a.cc_profile) {
+    attr.cc = o.qp_defaults.cc;
+  }
   if (a.mask & abi::kModDgid) {
     wire::IpAddr dst;
     std::memcpy(dst.bytes.data(), a.dgid, 16);
@@ -943,8 +1152,23 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
     else if (rc != engine::ModifyError::ok)
       err = fmt::format("attributes refused for {}", engine::qp_state_name(to));
   });
-  if (err.empty()) q.attr = attr;
-  return err;
+  if (!err.empty()) return err;
+  q.attr = attr;
+  if (a.mask & abi::kModEvProfile) {
+    if (q.ev_profile)
+      if (auto it = st.evs.find(q.ev_profile); it != st.evs.end()) std::erase(it->second.qps, std::make_pair(c.id, q.handle));
+    q.ev_profile = a.ev_profile;
+    if (ev_rec) st.evs[a.ev_profile].qps.emplace_back(c.id, q.handle);
+  }
+  if (a.mask & abi::kModCcProfile) {
+    if (q.cc_profile)
+      if (auto it = st.ccs.find(q.cc_profile); it != st.ccs.end() && it->second.qp_refs) --it->second.qp_refs;
+    q.cc_profile = a.cc_profile;
+    if (cc_rec) ++st.ccs[a.cc_profile].qp_refs;
+  }
+  // The engine builds a QP's EVs at RTR: denied ones are applied then.
+  if ((a.mask & abi::kModState) && a.state == kIbvRtr) apply_denials(c, q);
+  return {};
 }
 
 std::string HostService::Impl::query_qp(Client&, HostQp& q, abi::Response& rs) {
@@ -978,6 +1202,7 @@ std::string HostService::Impl::destroy_qp(Client& c, uint32_t handle) {
   HostShard* app = nullptr;
   for (size_t k = 0; k < c.dev->shards().size(); ++k)
     if (c.dev->shards()[k].get() == q->shard) app = apps[c.dev->index()][k].get();
+  detach(c, *q);
   q->shard->call([&] {
     app->remove(q);
     q->shard->engine().destroy_qp(q->qpn);
@@ -1022,10 +1247,517 @@ void HostService::Impl::reclaim(Client& c) {
     if (cq->eventfd >= 0) close(cq->eventfd);
   }
   c.cqs.clear();
+  auto& sinks = ctl[c.dev->index()].sinks;
+  for (auto& sk : sinks)
+    if (sk.client == c.id) {
+      sk.map.unmap();
+      if (sk.eventfd >= 0) close(sk.eventfd);
+    }
+  std::erase_if(sinks, [&](const EventSink& sk) { return sk.client == c.id; });
   if (c.events_fd >= 0) close(c.events_fd);
   close(c.fd);
   c.fd = c.events_fd = -1;
   ctr.inc(HostCtr::clients_reclaimed);
+}
+
+
+// ---------------------------------------------------------------------------
+// Controller (mrc_ctl.h)
+
+std::string HostService::Impl::ctl_handle(Client& c, const abi::Request& rq, std::span<const uint8_t> payload,
+                                          int ring_fd, int event_fd, abi::Response& rs, std::vector<uint8_t>& out) {
+  Device& dev = *c.dev;
+  CtlState& st = ctl[dev.index()];
+  if (rq.op == abi::Op::ctl_query) {
+    abi::CtlDevice& d = rs.ctl_device;
+    d.num_planes = dev.num_planes();
+    d.ev_max_fmt_profiles = kMaxFmtProfiles;
+    d.ev_max_profiles = kMaxEvProfiles;
+    d.ev_max_count = kMaxEvsTotal;
+    uint32_t used = 0;
+    for (auto& [id, r] : st.evs) used += r.e.count;
+    d.ev_free_count = kMaxEvsTotal - std::min(used, kMaxEvsTotal);
+    d.ev_max_count_profile = abi::kCtlMaxEvs;
+    d.ev_count_align = 1;
+    d.ev_max_width_udp = 16;
+    d.ev_max_width_stev = 32;
+    d.ev_fmt_mode_mask = kFmtUdp | kFmtStev;
+    d.ev_mode_mask = kEvModeExp | kEvModeGen;
+    d.cc_max_profiles = kMaxCcProfiles;
+    d.opt_attr = kOptEvEvent | kOptPreciseDrops | kOptEpProbe;
+    d.privileged = c.admin;
+    return {};
+  }
+  if (!c.admin) {
+    rs.err = EPERM;
+    return "controller calls need CAP_NET_ADMIN";
+  }
+  switch (rq.op) {
+    case abi::Op::ctl_port: {
+      const abi::CtlPort& p = rq.ctl_port;
+      if (p.port < 1 || p.port > dev.num_planes()) return fmt::format("port {} (1..{})", p.port, dev.num_planes());
+      if (p.set) dev.set_link(p.port - 1, p.enabled != 0, false);
+      rs.ctl_port = {p.port, p.set, dev.link_up(p.port - 1)};
+      return {};
+    }
+    case abi::Op::ctl_get_fmt: {
+      auto it = st.fmts.find(rq.profile_id);
+      rs.ctl_fmt = it != st.fmts.end() ? it->second : abi::CtlFmt{rq.profile_id, kStateInit, 0, 0, {}};
+      return {};
+    }
+    case abi::Op::ctl_put_fmt: return put_fmt(c, rq.ctl_fmt, rs);
+    case abi::Op::ctl_get_ev: get_ev(c, rq.profile_id, rs, out); return {};
+    case abi::Op::ctl_put_ev: {
+      if (payload.size() != size_t(rq.ctl_ev.nentries) * sizeof(abi::CtlEvEntry) || rq.ctl_ev.nentries > abi::kCtlMaxEvs)
+        return "EV entries do not match their count";
+      std::vector<abi::CtlEvEntry> entries(rq.ctl_ev.nentries);
+      if (!entries.empty()) std::memcpy(entries.data(), payload.data(), payload.size());
+      return put_ev(c, rq.ctl_ev, entries, rs);
+    }
+    case abi::Op::ctl_get_cc: {
+      auto it = st.ccs.find(rq.profile_id);
+      abi::CtlCc cc{};
+      cc.id = rq.profile_id;
+      rs.ctl_cc = it != st.ccs.end() ? it->second.c : cc;
+      return {};
+    }
+    case abi::Op::ctl_put_cc: return put_cc(c, rq.ctl_cc, rs);
+    case abi::Op::ctl_event_cq: {
+      const abi::CtlEventCq& r = rq.ctl_event_cq;
+      if (!is_pow2(r.depth) || r.depth > 65536) return fmt::format("event CQ depth {} (power of two up to 65536)", r.depth);
+      if (r.with_channel && event_fd < 0) return "completion channel without its eventfd";
+      EventSink sink;
+      if (auto e = map_memfd(ring_fd, abi::queue_bytes(r.depth, sizeof(abi::CtlEvent)), sink.map); !e.empty()) {
+        ctr.inc(HostCtr::bad_memfds);
+        return "event CQ memory: " + e;
+      }
+      sink.client = c.id;
+      sink.handle = c.next_handle++;
+      sink.depth = r.depth;
+      sink.hdr = static_cast<abi::QueueHeader*>(sink.map.p);
+      sink.ring = abi::entries<abi::CtlEvent>(sink.map.p);
+      sink.eventfd = r.with_channel ? event_fd : -1;
+      rs.handle = sink.handle;
+      st.sinks.push_back(sink);
+      return {};
+    }
+    case abi::Op::ctl_ep_send: {
+      if (payload.size() != size_t(rq.ctl_ep.count) * sizeof(abi::CtlEpReq) || rq.ctl_ep.count > 256)
+        return "endpoint requests do not match their count (at most 256)";
+      std::vector<abi::CtlEpReq> reqs(rq.ctl_ep.count);
+      if (!reqs.empty()) std::memcpy(reqs.data(), payload.data(), payload.size());
+      return ep_send(c, rq.ctl_ep, reqs, rs, out);
+    }
+    default: return "not a controller request";
+  }
+}
+
+std::string HostService::Impl::put_fmt(Client& c, const abi::CtlFmt& f, abi::Response& rs) {
+  CtlState& st = ctl[c.dev->index()];
+  auto it = st.fmts.find(f.id);
+  const abi::CtlFmt old = it != st.fmts.end() ? it->second : abi::CtlFmt{f.id, kStateInit, 0, 0, {}};
+  if (!legal_transition(old.state, f.state))
+    return fmt::format("EV format profile {}: no transition {} -> {}", f.id, state_name(old.state), state_name(f.state));
+  bool in_use = false;
+  for (auto& [id, r] : st.evs) in_use |= r.e.fmt_id == f.id && r.e.state != kStateInit;
+  if (old.state == kStateOnline) {
+    if (f.mode != old.mode || f.nfields != old.nfields || std::memcmp(f.widths, old.widths, sizeof f.widths)) {
+      rs.err = EBUSY;
+      return fmt::format("EV format profile {} is ONLINE: take it OFFLINE to change it", f.id);
+    }
+    if (f.state == kStateOffline && in_use) {
+      rs.err = EBUSY;
+      return fmt::format("EV format profile {}: EV profiles still use it", f.id);
+    }
+  }
+  if (f.state == kStateInit) {
+    if (in_use) {
+      rs.err = EBUSY;
+      return fmt::format("EV format profile {}: EV profiles still use it", f.id);
+    }
+    if (it != st.fmts.end()) st.fmts.erase(it);
+    rs.ctl_fmt = {f.id, kStateInit, 0, 0, {}};
+    return {};
+  }
+  if (f.mode != kFmtUdp && f.mode != kFmtStev) {
+    rs.err = ENOTSUP;
+    return "EV format mode: UDP or STEV (SRv6 is not supported)";
+  }
+  const uint32_t max_bits = f.mode == kFmtUdp ? 16 : 32;
+  if (f.nfields == 0 || f.nfields > abi::kCtlMaxFields) return "EV format fields: 1 to 16";
+  for (uint32_t i = 0; i < f.nfields; ++i)
+    if (f.widths[i] == 0) return fmt::format("EV format field {} has width 0", i);
+  if (fmt_bits(f) > max_bits) {
+    rs.err = E2BIG;
+    return fmt::format("EV format fields total {} bits; the mode carries {}", fmt_bits(f), max_bits);
+  }
+  if (it == st.fmts.end() && st.fmts.size() >= kMaxFmtProfiles) {
+    rs.err = ENOSPC;
+    return "too many EV format profiles";
+  }
+  st.fmts[f.id] = f;
+  rs.ctl_fmt = f;
+  return {};
+}
+
+std::string HostService::Impl::put_ev(Client& c, const abi::CtlEv& e, std::span<const abi::CtlEvEntry> entries,
+                                      abi::Response& rs) {
+  Device& dev = *c.dev;
+  CtlState& st = ctl[dev.index()];
+  auto it = st.evs.find(e.id);
+  EvRec old;
+  old.e.id = e.id;
+  if (it != st.evs.end()) old = it->second;
+  if (!legal_transition(old.e.state, e.state))
+    return fmt::format("EV profile {}: no transition {} -> {}", e.id, state_name(old.e.state), state_name(e.state));
+  if (e.state == kStateInit) {
+    if (!old.qps.empty()) {
+      rs.err = EBUSY;
+      return fmt::format("EV profile {}: QPs still use it", e.id);
+    }
+    if (it != st.evs.end()) st.evs.erase(it);
+    rs.ctl_ev = e;
+    rs.ctl_ev.nentries = 0;
+    return {};
+  }
+  EvRec rec = old;
+  // Only EV states (deny/restore) change on an ONLINE profile.
+  const bool online_before = old.e.state == kStateOnline;
+  if (online_before) {
+    abi::CtlEv a = e, b = old.e;
+    a.state = b.state = 0;
+    a.nentries = b.nentries = 0;
+    bool same = std::memcmp(&a, &b, sizeof a) == 0 && entries.size() == old.entries.size();
+    for (size_t i = 0; same && i < entries.size(); ++i)
+      same = std::memcmp(entries[i].val, old.entries[i].val, sizeof entries[i].val) == 0 &&
+             entries[i].port == old.entries[i].port;
+    if (!same) {
+      rs.err = EBUSY;
+      return fmt::format("EV profile {} is ONLINE: only EV states may change (take it OFFLINE first)", e.id);
+    }
+    if (e.state == kStateOffline && !old.qps.empty()) {
+      rs.err = EBUSY;
+      return fmt::format("EV profile {}: QPs still use it", e.id);
+    }
+  } else {
+    if (e.mode != kEvModeExp && e.mode != kEvModeGen) {
+      rs.err = ENOTSUP;
+      return "EV mode: EXP or GEN (AUTO is not supported)";
+    }
+    auto f = st.fmts.find(e.fmt_id);
+    if (f == st.fmts.end() || f->second.state != kStateOnline)
+      return fmt::format("EV format profile {} is not ONLINE", e.fmt_id);
+    if (e.count == 0 || e.count > abi::kCtlMaxEvs) {
+      rs.err = E2BIG;
+      return fmt::format("EV count {} (1..{})", e.count, abi::kCtlMaxEvs);
+    }
+    uint32_t used = 0;
+    for (auto& [id, r] : st.evs)
+      if (id != e.id) used += r.e.count;
+    if (used + e.count > kMaxEvsTotal) {
+      rs.err = ENOSPC;
+      return "the device's EVs are all allocated";
+    }
+    if (it == st.evs.end() && st.evs.size() >= kMaxEvProfiles) {
+      rs.err = ENOSPC;
+      return "too many EV profiles";
+    }
+    rec.e = e;
+    const abi::CtlFmt& fm = f->second;
+    if (e.mode == kEvModeGen) {
+      wire::EvGenProfile gp;
+      gp.fmt_widths.assign(fm.widths, fm.widths + fm.nfields);
+      if (e.nfields == 0 || e.nfields > fm.nfields) return "GEN EV profile: 1 field per format field at most";
+      for (uint32_t i = 0; i < e.nfields; ++i)
+        gp.fields.push_back({e.fields[i].width, e.fields[i].init_val, e.fields[i].min_val, e.fields[i].max_val,
+                             e.fields[i].mask});
+      if (auto why = wire::ev_profile_check(gp); !why.empty()) return "GEN EV profile: " + why;
+      if (wire::ev_gen_count(gp) < e.count) {
+        rs.err = E2BIG;
+        return fmt::format("GEN EV profile generates {} EVs, {} asked", wire::ev_gen_count(gp), e.count);
+      }
+      // Regenerate only when the rules changed, so EV states survive.
+      if (old.e.mode != e.mode || old.e.count != e.count || old.e.nfields != e.nfields ||
+          std::memcmp(old.e.fields, e.fields, sizeof e.fields) || old.e.fmt_id != e.fmt_id) {
+        rec.entries.assign(e.count, abi::CtlEvEntry{});
+        for (uint32_t i = 0; i < e.count; ++i) {
+          const wire::EvBytes v = wire::ev_generate(gp, i);
+          std::memcpy(rec.entries[i].val, v.data(), 32);
+          rec.entries[i].port = uint8_t(1 + i % dev.num_planes());
+          rec.entries[i].state = kCtlGood;
+        }
+      }
+    } else {
+      rec.entries.assign(entries.begin(), entries.end());
+      rec.entries.resize(e.count);
+    }
+    for (auto& en : rec.entries) {
+      if (en.port > dev.num_planes()) return fmt::format("EV port {} (1..{})", en.port, dev.num_planes());
+      // Bits past the format's width must be zero.
+      wire::EvBytes v{};
+      std::memcpy(v.data(), en.val, 32);
+      const uint32_t bits = fmt_bits(fm);
+      for (uint32_t b = bits; b < 256; ++b)
+        if ((v[b / 8] >> (7 - b % 8)) & 1) return fmt::format("an EV has bits beyond the format's {} bits", bits);
+    }
+    if (e.state == kStateOnline) {
+      for (auto& en : rec.entries)
+        if (en.port == 0) return "EXP EV profile: every EV must be set before it goes ONLINE";
+      if (e.min_active > e.count) return "ev_min_active exceeds ev_count";
+    }
+  }
+  // EV states: DENIED or not; live QPs follow.
+  std::vector<uint32_t> changed;
+  for (size_t i = 0; i < rec.entries.size() && i < entries.size(); ++i) {
+    const bool deny = entries[i].state == kCtlDenied;
+    const bool was = rec.entries[i].state == kCtlDenied;
+    rec.entries[i].state = deny ? kCtlDenied : kCtlGood;
+    if (deny != was) changed.push_back(uint32_t(i));
+  }
+  rec.e.state = e.state;
+  rec.e.nentries = uint32_t(rec.entries.size());
+  st.evs[e.id] = rec;
+  for (auto& [cid, qh] : rec.qps) {
+    auto cit = clients.find(cid);
+    if (cit == clients.end()) continue;
+    auto qit = cit->second->qps.find(qh);
+    if (qit == cit->second->qps.end()) continue;
+    HostQp& q = *qit->second;
+    q.shard->call([&] {
+      for (uint32_t i : changed)
+        q.shard->engine().set_ev_state(q.qpn, i,
+                                       rec.entries[i].state == kCtlDenied ? engine::EvState::denied
+                                                                          : engine::EvState::good,
+                                       nic.now());
+    });
+  }
+  rs.ctl_ev = rec.e;
+  return {};
+}
+
+void HostService::Impl::get_ev(Client& c, uint64_t id, abi::Response& rs, std::vector<uint8_t>& out) {
+  CtlState& st = ctl[c.dev->index()];
+  auto it = st.evs.find(id);
+  if (it == st.evs.end()) {
+    rs.ctl_ev = {};
+    rs.ctl_ev.id = id;
+    return;
+  }
+  EvRec& r = it->second;
+  std::vector<abi::CtlEvEntry> entries = r.entries;
+  // ASSUMED_BAD when some QP of the profile sees the EV so.
+  for (auto& [cid, qh] : r.qps) {
+    auto cit = clients.find(cid);
+    if (cit == clients.end()) continue;
+    auto qit = cit->second->qps.find(qh);
+    if (qit == cit->second->qps.end()) continue;
+    HostQp& q = *qit->second;
+    std::vector<engine::EvInfo> evs;
+    q.shard->call([&] { evs = q.shard->engine().ev_info(q.qpn); });
+    for (size_t i = 0; i < evs.size() && i < entries.size(); ++i)
+      if (evs[i].state == engine::EvState::assumed_bad && entries[i].state != kCtlDenied)
+        entries[i].state = kCtlAssumedBad;
+  }
+  rs.ctl_ev = r.e;
+  rs.ctl_ev.nentries = uint32_t(entries.size());
+  out.resize(entries.size() * sizeof(abi::CtlEvEntry));
+  if (!out.empty()) std::memcpy(out.data(), entries.data(), out.size());
+}
+
+std::string HostService::Impl::put_cc(Client& c, const abi::CtlCc& cc, abi::Response& rs) {
+  CtlState& st = ctl[c.dev->index()];
+  auto it = st.ccs.find(cc.id);
+  CcRec old;
+  old.c.id = cc.id;
+  if (it != st.ccs.end()) old = it->second;
+  if (!legal_transition(old.c.state, cc.state))
+    return fmt::format("CC profile {}: no transition {} -> {}", cc.id, state_name(old.c.state), state_name(cc.state));
+  if (old.c.state == kStateOnline) {
+    abi::CtlCc a = cc, b = old.c;
+    a.state = b.state = 0;
+    if (std::memcmp(&a, &b, sizeof a) != 0) {
+      rs.err = EBUSY;
+      return fmt::format("CC profile {} is ONLINE: take it OFFLINE to change it", cc.id);
+    }
+  }
+  if ((cc.state == kStateOffline || cc.state == kStateInit) && old.c.state == kStateOnline && old.qp_refs) {
+    rs.err = EBUSY;
+    return fmt::format("CC profile {}: QPs still use it", cc.id);
+  }
+  if (cc.state == kStateInit) {
+    if (it != st.ccs.end()) st.ccs.erase(it);
+    rs.ctl_cc = cc;
+    return {};
+  }
+  const std::string algo(cc.algorithm, strnlen(cc.algorithm, sizeof cc.algorithm));
+  if (!algo.empty() && algo != kCcAlgorithms[0] && algo != kCcAlgorithms[1]) {
+    rs.err = ENOTSUP;
+    return fmt::format("CC algorithm '{}' (uet-1.0-nscc, dcqcn, or none)", algo);
+  }
+  if (cc.state == kStateOnline && algo == kCcAlgorithms[0] && !cc.has_config) return "NSCC needs its config to go ONLINE";
+  if (cc.has_config && algo == kCcAlgorithms[0]) {
+    const auto& n = cc.nscc;
+    if (n.base_rtt == 0 || !(n.eta > 0) || !(n.gamma > 0 && n.gamma <= 1) || !(n.max_md_jump > 0 && n.max_md_jump <= 1))
+      return "NSCC config: base_rtt > 0, eta > 0, 0 < gamma <= 1, 0 < max_md_jump <= 1";
+  }
+  if (it == st.ccs.end() && st.ccs.size() >= kMaxCcProfiles) {
+    rs.err = ENOSPC;
+    return "too many CC profiles";
+  }
+  CcRec rec = old;
+  rec.c = cc;
+  st.ccs[cc.id] = rec;
+  rs.ctl_cc = cc;
+  return {};
+}
+
+std::string HostService::Impl::ep_send(Client& c, const abi::CtlEpBatch& b, std::span<const abi::CtlEpReq> reqs,
+                                       abi::Response& rs, std::vector<uint8_t>& out) {
+  Device& dev = *c.dev;
+  if (b.op > 1) return "endpoint op: EV probe or port status update";
+  struct Sent {
+    uint32_t req_id, wire_id;
+    engine::Nanos t;
+  };
+  std::vector<Sent> sent;
+  static uint32_t next_id = 1;
+  {
+    std::lock_guard<std::mutex> g(ctl_mu);
+    std::erase_if(ep_responses, [&](const auto& r) { return r.first == dev.index(); });  // late answers
+  }
+  for (const auto& r : reqs) {
+    if (r.port < 1 || r.port > dev.num_planes()) return fmt::format("request {}: port {} (1..{})", r.req_id, r.port, dev.num_planes());
+    wire::IpAddr dst;
+    std::memcpy(dst.bytes.data(), r.dgid, 16);
+    const uint32_t plane = r.port - 1;
+    const auto mac = dev.resolve(plane, dst, o.resolve_timeout_s);
+    if (!mac) {
+      rs.err = EHOSTUNREACH;
+      return fmt::format("request {}: no answer to ARP/ND for {} on plane {}", r.req_id, dst.str(), plane);
+    }
+    wire::EvBytes v{};
+    std::memcpy(v.data(), r.ev, 32);
+    const wire::EvFormat f = wire_format(r.fmt_mode);
+    const uint32_t ev = wire::ev_value(v, f == wire::EvFormat::udp ? 16 : 32);
+    const uint32_t id = (next_id++) & 0xFFFFFF;
+    bool ok = false;
+    Shard& s = *dev.shards()[0];
+    const engine::Nanos t = nic.now();
+    s.call([&] {
+      const uint8_t op = b.op == 0 ? uint8_t(wire::EndpointOp::ev_probe) : uint8_t(wire::EndpointOp::port_status_update);
+      ok = s.engine().send_endpoint_request(plane, {*mac, dst}, f, ev, op, id, r.port_status, uint8_t(b.tc & 0x3F), t);
+    });
+    if (!ok) {
+      rs.err = EAGAIN;
+      return fmt::format("request {}: the device could not send it now (plane {} down or no buffer)", r.req_id, plane);
+    }
+    sent.push_back({r.req_id, id, t});
+  }
+  std::vector<abi::CtlEpRsp> got;
+  // Port status updates are not answered.
+  const bool answered = b.op == 0;
+  const engine::Nanos deadline = nic.now() + b.timeout_ns;
+  while (answered && got.size() < sent.size() && nic.now() < deadline) {
+    std::vector<std::pair<uint32_t, EndpointResponse>> mine;
+    {
+      std::lock_guard<std::mutex> g(ctl_mu);
+      for (auto it = ep_responses.begin(); it != ep_responses.end();)
+        if (it->first == dev.index()) {
+          mine.push_back(*it);
+          it = ep_responses.erase(it);
+        } else {
+          ++it;
+        }
+    }
+    for (auto& [d, r] : mine)
+      for (auto& sn : sent)
+        if (sn.wire_id == r.id) got.push_back({sn.req_id, r.plane + 1, uint32_t(std::min<engine::Nanos>(r.t - sn.t, UINT32_MAX))});
+    if (got.size() < sent.size()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  out.resize(got.size() * sizeof(abi::CtlEpRsp));
+  if (!out.empty()) std::memcpy(out.data(), got.data(), out.size());
+  if (answered && got.size() < sent.size()) {
+    rs.err = ETIMEDOUT;
+    return fmt::format("{} of {} requests answered in time", got.size(), sent.size());
+  }
+  return {};
+}
+
+HostQp* HostService::Impl::find_qp(uint32_t dev, uint32_t qpn) {
+  for (auto& [id, c] : clients)
+    if (c->dev->index() == dev)
+      for (auto& [h, q] : c->qps)
+        if (q->qpn == qpn) return q.get();
+  return nullptr;
+}
+
+void HostService::Impl::deliver_ev_events() {
+  std::vector<std::pair<uint32_t, EvEventRecord>> evs;
+  {
+    std::lock_guard<std::mutex> g(ctl_mu);
+    evs.swap(ev_events);
+  }
+  for (auto& [d, e] : evs) {
+    CtlState& st = ctl[d];
+    if (st.sinks.empty()) continue;
+    HostQp* q = find_qp(d, e.qpn);
+    if (!q) continue;
+    const uint32_t state = e.to == engine::EvState::assumed_bad ? kCtlAssumedBad : kCtlGood;
+    abi::CtlEvent out{};
+    out.profile_id = q->ev_profile;
+    out.state = state;
+    if (q->ev_profile) {
+      auto it = st.evs.find(q->ev_profile);
+      if (it == st.evs.end() || e.ev_index >= it->second.entries.size()) continue;
+      if (!(uint32_t(it->second.e.event_mask) & state)) continue;
+      std::memcpy(out.val, it->second.entries[e.ev_index].val, 32);
+      out.port = it->second.entries[e.ev_index].port;
+    } else {
+      // The device's own EVs: the value as the wire carries it.
+      out.val[0] = uint8_t(e.ev >> 8);
+      out.val[1] = uint8_t(e.ev);
+      out.port = uint8_t(1 + (q->attr.ev.evs.size() > e.ev_index ? q->attr.ev.evs[e.ev_index].plane : 0));
+    }
+    for (auto& sk : st.sinks) {
+      const uint32_t used = sk.prod - abi::load_acquire(sk.hdr->cons);
+      if (used >= sk.depth) {  // full (or garbage): counted into the next event that fits
+        ++sk.dropped;
+        continue;
+      }
+      out.drop_count = sk.dropped;
+      sk.dropped = 0;
+      std::memcpy(&sk.ring[sk.prod & (sk.depth - 1)], &out, sizeof out);
+      abi::store_release(sk.hdr->prod, ++sk.prod);
+      const uint32_t arm = abi::load_acquire(sk.hdr->arm_sn);
+      if (sk.eventfd >= 0 && arm != sk.fired) {
+        sk.fired = arm;
+        abi::store_release(sk.hdr->fired_sn, arm);
+        const uint64_t one = 1;
+        [[maybe_unused]] ssize_t r = write(sk.eventfd, &one, sizeof one);
+      }
+    }
+  }
+}
+
+void HostService::Impl::apply_denials(Client& c, HostQp& q) {
+  if (!q.ev_profile) return;
+  auto it = ctl[c.dev->index()].evs.find(q.ev_profile);
+  if (it == ctl[c.dev->index()].evs.end()) return;
+  const auto& entries = it->second.entries;
+  q.shard->call([&] {
+    for (uint32_t i = 0; i < entries.size(); ++i)
+      if (entries[i].state == kCtlDenied) q.shard->engine().set_ev_state(q.qpn, i, engine::EvState::denied, nic.now());
+  });
+}
+
+void HostService::Impl::detach(Client& c, HostQp& q) {
+  CtlState& st = ctl[c.dev->index()];
+  if (q.ev_profile)
+    if (auto it = st.evs.find(q.ev_profile); it != st.evs.end())
+      std::erase(it->second.qps, std::make_pair(c.id, q.handle));
+  if (q.cc_profile)
+    if (auto it = st.ccs.find(q.cc_profile); it != st.ccs.end() && it->second.qp_refs) --it->second.qp_refs;
+  q.ev_profile = q.cc_profile = 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -1065,6 +1797,7 @@ HostService::HostService(Nic& nic, HostOptions opts) : impl_(std::make_unique<Im
     for (auto& s : dp->shards()) v.push_back(std::make_unique<HostShard>(I, *s));
     I.next_shard.push_back(0);
     I.planes_up.push_back(0);
+    I.ctl.emplace_back();
   }
 }
 

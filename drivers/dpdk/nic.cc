@@ -158,6 +158,8 @@ struct Shard::Impl final : engine::Env {
   std::array<nic::PlaneIdentity, engine::kMaxPlanes> ident{};
   std::vector<engine::Completion> completions;
   std::vector<std::pair<uint32_t, engine::WcStatus>> qp_errors;
+  std::vector<EvEventRecord> ev_pending;  // for the app, after the engine call
+  std::vector<EndpointResponse> endpoint_responses;
   std::vector<EvEventRecord> ev_log;  // ring of kEvLogSize
   size_t ev_log_next = 0;
   uint64_t capture_t0_ns = 0;  // wall clock at the NIC's time 0, for pcap timestamps
@@ -208,8 +210,13 @@ struct Shard::Impl final : engine::Env {
   }
   void complete(const engine::Completion& c) override { completions.push_back(c); }
   void qp_error(uint32_t qpn, engine::WcStatus why) override { qp_errors.emplace_back(qpn, why); }
-  void ev_event(uint32_t qpn, uint32_t ev, engine::EvState from, engine::EvState to, uint64_t drops) override {
-    EvEventRecord r{now, qpn, ev, from, to, drops};
+  void endpoint_response(uint32_t plane, uint32_t id, uint8_t op, uint32_t rx_port, engine::Nanos t) override {
+    endpoint_responses.push_back({plane, id, op, rx_port, t});
+  }
+  void ev_event(uint32_t qpn, uint32_t ev_index, uint32_t ev, engine::EvState from, engine::EvState to,
+                uint64_t drops) override {
+    EvEventRecord r{now, qpn, ev, from, to, drops, ev_index};
+    ev_pending.push_back(r);
     if (ev_log.size() < kEvLogSize)
       ev_log.push_back(r);
     else
@@ -316,6 +323,8 @@ struct Shard::Impl final : engine::Env {
     if (!s.app_) {
       completions.clear();
       qp_errors.clear();
+      ev_pending.clear();
+      endpoint_responses.clear();
       return;
     }
     // The app may post work whose errors complete at once: index, not iterators.
@@ -329,6 +338,10 @@ struct Shard::Impl final : engine::Env {
       s.app_->on_qp_error(s, qpn, why);
     }
     qp_errors.clear();
+    for (const auto& e : ev_pending) s.app_->on_ev_event(s, e);
+    ev_pending.clear();
+    for (const auto& r : endpoint_responses) s.app_->on_endpoint_response(s, r);
+    endpoint_responses.clear();
   }
 
   // One received frame, already known to belong to this shard's device.
@@ -397,7 +410,8 @@ struct Shard::Impl final : engine::Env {
     rte_pktmbuf_free(m);
     // The app sees a completion before any later frame can touch the same
     // memory (a peer may reuse a buffer as soon as it is acknowledged).
-    if (!completions.empty() || !qp_errors.empty()) drain_completions();
+    if (!completions.empty() || !qp_errors.empty() || !ev_pending.empty() || !endpoint_responses.empty())
+      drain_completions();
   }
 
   // Records the binding an ARP/ND frame tells us of, if any; true if it

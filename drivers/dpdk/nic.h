@@ -53,6 +53,22 @@ struct NicSpec {
 
 class Shard;
 
+struct EvEventRecord {
+  engine::Nanos t = 0;
+  uint32_t qpn = 0, ev = 0;
+  engine::EvState from{}, to{};
+  uint64_t drops = 0;
+  uint32_t ev_index = 0;  // in the QP's EV profile
+};
+
+struct EndpointResponse {
+  uint32_t plane = 0;
+  uint32_t id = 0;
+  uint8_t op = 0;
+  uint32_t rx_port = 0;
+  engine::Nanos t = 0;
+};
+
 // What runs on top of a shard (the workload driver, later the host
 // interface). Called on the shard's lcore only, never inside an engine call,
 // so it may call the engine.
@@ -65,13 +81,10 @@ class ShardApp {
   virtual bool on_poll(Shard& s, engine::Nanos now) = 0;
   // A QP entered ERROR on its own (retries exhausted, remote error).
   virtual void on_qp_error(Shard& /*s*/, uint32_t /*qpn*/, engine::WcStatus /*why*/) {}
-};
-
-struct EvEventRecord {
-  engine::Nanos t = 0;
-  uint32_t qpn = 0, ev = 0;
-  engine::EvState from{}, to{};
-  uint64_t drops = 0;
+  // An EV of a QP moved between GOOD and ASSUMED_BAD.
+  virtual void on_ev_event(Shard& /*s*/, const EvEventRecord& /*e*/) {}
+  // The answer to an endpoint request this shard's engine sent.
+  virtual void on_endpoint_response(Shard& /*s*/, const EndpointResponse& /*r*/) {}
 };
 
 class Device;

@@ -361,7 +361,10 @@ void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
 // Endpoint requests are connectionless: a port status update names the
 // sender's planes that are down; an EV probe is answered with a response.
 void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
-  if (p.at.opcode == uint8_t(Opcode::mrc_endpoint_response)) return;  // the controller's business
+  if (p.at.opcode == uint8_t(Opcode::mrc_endpoint_response)) {  // the controller's business
+    env.endpoint_response(plane, p.bth().psn(), uint8_t(p.eeth().op()), p.eeth().rx_port(), now);
+    return;
+  }
   ctr.inc(DevCtr::rx_endpoint_requests);
   const uint8_t op = p.erth().op();
   if (op == uint8_t(EndpointOp::port_status_update)) {
@@ -532,6 +535,35 @@ void Engine::send_port_status(Nanos /*now*/) {
       I.ctr.inc(DevCtr::tx_port_status);
     }
   }
+}
+
+bool Engine::send_endpoint_request(uint32_t plane, const PlaneAddr& dst, wire::EvFormat format, uint32_t ev,
+                                   uint8_t op, uint32_t id, uint32_t port_status, uint8_t dscp, Nanos /*now*/) {
+  auto& I = *impl_;
+  if (plane >= I.cfg.num_planes || !I.plane_up[plane]) return false;
+  if (dst.ip.is_v4() != I.cfg.planes[plane].ip.is_v4()) return false;
+  Addressing a;
+  a.src_mac = I.cfg.planes[plane].mac;
+  a.dst_mac = dst.mac;
+  a.src_ip = I.cfg.planes[plane].ip;
+  a.dst_ip = dst.ip;
+  a.dscp = dscp;
+  wire::ev_encode(format, ev, a);
+  std::span<uint8_t> out = I.env.tx_buffer(plane, 256);
+  if (out.size() < 128) {
+    I.ctr.inc(DevCtr::tx_drop_no_buffer);
+    return false;
+  }
+  MutablePacket m = wire::begin_frame(out, a, uint8_t(Opcode::mrc_endpoint_request), false, 0);
+  if (!m.base) return false;
+  m.bth().set_dest_qp(kEndpointQpn);
+  m.bth().set_psn(id & kPsnMask);
+  m.erth().set_op(op);
+  m.erth().set_port_status_mask(port_status);
+  wire::finish_frame(m, !I.cfg.icrc_offload);
+  I.env.tx_send(plane, m.at.size);
+  if (op == uint8_t(EndpointOp::port_status_update)) I.ctr.inc(DevCtr::tx_port_status);
+  return true;
 }
 
 bool Engine::set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now) {

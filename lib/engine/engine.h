@@ -32,10 +32,16 @@ class Env {
   // Sends the first `len` bytes of the buffer tx_buffer() last gave for `plane`.
   virtual void tx_send(uint32_t plane, uint32_t len) = 0;
   virtual void complete(const Completion& c) = 0;
-  // An EV of a QP changed between GOOD and ASSUMED_BAD (the mrc_ctl EV event).
-  virtual void ev_event(uint32_t /*qpn*/, uint32_t /*ev*/, EvState /*from*/, EvState /*to*/, uint64_t /*drops*/) {}
+  // An EV of a QP changed between GOOD and ASSUMED_BAD (the mrc_ctl EV event):
+  // its index in the QP's EV profile and its value.
+  virtual void ev_event(uint32_t /*qpn*/, uint32_t /*ev_index*/, uint32_t /*ev*/, EvState /*from*/, EvState /*to*/,
+                        uint64_t /*drops*/) {}
   // A QP entered ERROR on its own (retry exhausted, remote error, fatal).
   virtual void qp_error(uint32_t /*qpn*/, WcStatus /*why*/) {}
+  // An endpoint response to send_endpoint_request() arrived: `id` as sent,
+  // `rx_port` where the peer received the request (1-based).
+  virtual void endpoint_response(uint32_t /*plane*/, uint32_t /*id*/, uint8_t /*op*/, uint32_t /*rx_port*/,
+                                 Nanos /*now*/) {}
 };
 
 struct EngineConfig {
@@ -169,6 +175,12 @@ class Engine {
   // every connected QP, so they stop using downed planes at once.
   void send_port_status(Nanos now);
   bool set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now);
+  // A controller's endpoint request (mrc_ctl_ep_batch_send_wait): an EV probe
+  // or a port status update (op: wire::EndpointOp) to `dst` on `plane`,
+  // carried by `ev` in `format`. The answer comes to Env::endpoint_response
+  // with the same 24-bit `id`.
+  bool send_endpoint_request(uint32_t plane, const PlaneAddr& dst, wire::EvFormat format, uint32_t ev, uint8_t op,
+                             uint32_t id, uint32_t port_status, uint8_t dscp, Nanos now);
 
   // Introspection.
   const Counters<DevCtr>& counters() const;

@@ -180,7 +180,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   // SKIP is invisible to the controller: for events it counts as GOOD.
   const bool was_good = from == EvState::good || from == EvState::skip;
   if ((was_good && to == EvState::assumed_bad) || (from == EvState::assumed_bad && to == EvState::good)) {
-    env.ev_event(qp.qpn, ev.value, was_good ? EvState::good : from, to, ev.drops);
+    env.ev_event(qp.qpn, idx, ev.value, was_good ? EvState::good : from, to, ev.drops);
     ev.drops = 0;
   }
 }

@@ -20,7 +20,7 @@
 
 namespace mrc::host::abi {
 
-inline constexpr uint32_t kAbiVersion = 1;
+inline constexpr uint32_t kAbiVersion = 2;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kPage = 4096;
 inline constexpr uint32_t kMaxPlanes = 16;
@@ -127,6 +127,18 @@ enum class Op : uint32_t {
   query_qp,
   destroy_qp,
   events,  // on a second connection: makes it this client's async event stream
+  // Controller (mrc_ctl.h) requests: refused with EPERM unless the client
+  // process holds CAP_NET_ADMIN.
+  ctl_query,      // -> CtlDevice (anyone)
+  ctl_port,       // CtlPort
+  ctl_get_fmt,    // handle = profile id (low 32 bits) -> CtlFmt
+  ctl_put_fmt,    // CtlFmt
+  ctl_get_ev,     // -> CtlEv + CtlEvEntry[] as payload
+  ctl_put_ev,     // CtlEv + CtlEvEntry[] as payload
+  ctl_get_cc,     // -> CtlCc
+  ctl_put_cc,     // CtlCc
+  ctl_event_cq,   // + ring memfd (CtlEvent entries) + eventfd when with_channel
+  ctl_ep_send,    // CtlEpBatch + CtlEpReq[] -> CtlEpRsp[] as payload
 };
 
 struct Hello {
@@ -227,6 +239,110 @@ struct QpAttrs {
   uint64_t ev_profile, cc_profile;
 };
 
+// --- controller records. Profile states, modes and EV states use the
+// mrc_ctl.h enum values.
+
+struct CtlDevice {
+  uint32_t num_planes;
+  uint32_t ev_max_fmt_profiles, ev_max_profiles, ev_max_count, ev_free_count, ev_max_count_profile;
+  uint32_t ev_count_align, ev_max_width_udp, ev_max_width_stev, ev_fmt_mode_mask, ev_mode_mask;
+  uint32_t cc_max_profiles;
+  uint32_t opt_attr;
+  uint32_t privileged;  // whether this client may call the mutating ones
+};
+
+struct CtlPort {
+  uint32_t port;  // 1-based: plane port - 1
+  uint32_t set;   // 0: query
+  uint32_t enabled;
+};
+
+inline constexpr uint32_t kCtlMaxFields = 16;
+
+struct CtlFmt {
+  uint64_t id;
+  uint32_t state, mode, nfields;
+  uint8_t widths[kCtlMaxFields];
+};
+
+struct CtlField {
+  uint32_t width, init_val, min_val, max_val, mask;
+};
+
+struct CtlEv {
+  uint64_t id;
+  uint32_t state, mode;
+  uint64_t fmt_id;
+  uint32_t count, min_active;
+  int32_t event_mask;
+  uint32_t nfields;
+  CtlField fields[kCtlMaxFields];
+  uint32_t nentries;  // CtlEvEntry records follow the request/response
+};
+
+struct CtlEvEntry {
+  uint8_t val[32];
+  uint8_t port;  // 0: unpopulated
+  uint8_t reserved[3];
+  uint32_t state;  // MRC_CTL_EV_GOOD / ASSUMED_BAD / DENIED
+};
+
+struct CtlNscc {
+  uint32_t disable_qa, adjust_bytes_threshold, adjust_period_threshold, base_rtt;
+  float eta, fi, fi_scale, gamma, max_md_jump;
+  uint32_t max_cwnd, qa_gate, qa_threshold, target_delay;
+};
+
+struct CtlCc {
+  uint64_t id;
+  uint32_t state;
+  char algorithm[32];  // empty: none
+  uint32_t has_config;
+  CtlNscc nscc;
+};
+
+struct CtlEventCq {
+  uint32_t depth;
+  uint32_t with_channel;
+};
+
+// An EV event as the ring carries it.
+struct CtlEvent {
+  uint64_t profile_id;
+  uint8_t val[32];
+  uint8_t port;
+  uint8_t reserved[3];
+  uint32_t drop_count;
+  uint32_t state;
+  uint32_t reserved2;
+};
+static_assert(sizeof(CtlEvent) == 56);
+
+struct CtlEpBatch {
+  uint32_t op;  // wire::EndpointOp
+  uint32_t count;
+  uint32_t timeout_ns;
+  uint32_t tc;
+};
+
+struct CtlEpReq {
+  uint32_t req_id;
+  uint8_t dgid[16];
+  uint8_t ev[32];
+  uint32_t port;  // 1-based
+  uint32_t fmt_mode;
+  uint32_t port_status;
+};
+
+struct CtlEpRsp {
+  uint32_t req_id;
+  uint32_t port;
+  uint32_t rtt_ns;
+};
+
+inline constexpr uint32_t kCtlMaxEvs = 4096;
+inline constexpr size_t kMaxPayload = kCtlMaxEvs * sizeof(CtlEvEntry);
+
 struct Request {
   Op op;
   uint32_t handle;  // the object a destroy/modify/query names
@@ -237,7 +353,16 @@ struct Request {
     CreateQp create_qp;
     QpAttrs modify_qp;
     uint64_t events_token;
+    CtlPort ctl_port;
+    CtlFmt ctl_fmt;
+    CtlEv ctl_ev;
+    CtlCc ctl_cc;
+    CtlEventCq ctl_event_cq;
+    CtlEpBatch ctl_ep;
+    uint64_t profile_id;
   };
+  uint32_t payload_len;  // bytes after this struct in the same message
+  uint32_t reserved;
 };
 
 struct Response {
@@ -250,8 +375,15 @@ struct Response {
     MrKeys mr;
     QpCreated qp;
     QpAttrs qp_attrs;
+    CtlDevice ctl_device;
+    CtlPort ctl_port;
+    CtlFmt ctl_fmt;
+    CtlEv ctl_ev;
+    CtlCc ctl_cc;
   };
   char message[160];  // why err, for the client to print
+  uint32_t payload_len;  // bytes after this struct in the same message
+  uint32_t reserved_tail;
 };
 
 // Async events pushed on the events connection; types are enum

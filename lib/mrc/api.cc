@@ -202,7 +202,7 @@ MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_
 }
 
 MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
-  if (!cq || num_entries < 0 || (num_entries && !wc)) return -1;
+  if (!cq || cq->ev_events || num_entries < 0 || (num_entries && !wc)) return -1;
   SpinGuard g(cq->lock);
   const uint32_t prod = abi::load_acquire(cq->hdr->prod);
   uint32_t n = prod - cq->cons;

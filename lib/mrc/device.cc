@@ -50,11 +50,12 @@ int connect_to(const std::string& path) {
   return fd;
 }
 
-bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds) {
-  iovec iov{const_cast<abi::Request*>(&rq), sizeof rq};
+bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds, std::span<const uint8_t> payload = {}) {
+  iovec iov[2] = {{const_cast<abi::Request*>(&rq), sizeof rq},
+                  {const_cast<uint8_t*>(payload.data()), payload.size()}};
   msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
+  m.msg_iov = iov;
+  m.msg_iovlen = payload.empty() ? 1 : 2;
   alignas(cmsghdr) char ctl[CMSG_SPACE(2 * sizeof(int))];
   if (nfds > 0) {
     m.msg_control = ctl;
@@ -68,7 +69,7 @@ bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds) {
   ssize_t n;
   do n = sendmsg(fd, &m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
-  return n == ssize_t(sizeof rq);
+  return n == ssize_t(sizeof rq + payload.size());
 }
 
 }  // namespace
@@ -168,19 +169,25 @@ Context::~Context() {
   if (fd >= 0) close(fd);
 }
 
-int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds) {
+int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds, std::span<const uint8_t> payload,
+                  std::vector<uint8_t>* reply) {
   std::lock_guard<std::mutex> g(mu);
-  if (!send_request(fd, rq, fds, nfds)) {
+  rq.payload_len = uint32_t(payload.size());
+  if (!send_request(fd, rq, fds, nfds, payload)) {
     complain(std::string("device ") + device->dev.name + " went away");
     return EIO;
   }
+  rx.resize(sizeof rs + abi::kMaxPayload);
   ssize_t n;
-  do n = recv(fd, &rs, sizeof rs, 0);
+  do n = recv(fd, rx.data(), rx.size(), 0);
   while (n < 0 && errno == EINTR);
-  if (n != ssize_t(sizeof rs)) {
+  if (n < ssize_t(sizeof rs)) {
     complain(std::string("device ") + device->dev.name + " went away");
     return EIO;
   }
+  std::memcpy(&rs, rx.data(), sizeof rs);
+  if (size_t(n) != sizeof rs + rs.payload_len) return EPROTO;
+  if (reply) reply->assign(rx.begin() + long(sizeof rs), rx.begin() + n);
   if (rs.err) {
     rs.message[sizeof rs.message - 1] = 0;
     complain(std::string(device->dev.name) + ": " + rs.message);

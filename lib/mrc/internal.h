@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,16 +80,19 @@ class Context {
   ~Context();
 
   // One request and its response; returns 0 or an errno value (and says why).
-  int call(abi::Request& rq, abi::Response& rs, const int* fds = nullptr, int nfds = 0);
+  int call(abi::Request& rq, abi::Response& rs, const int* fds = nullptr, int nfds = 0,
+           std::span<const uint8_t> payload = {}, std::vector<uint8_t>* reply = nullptr);
 
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);
 
   std::mutex mu;  // control calls and segment bookkeeping
+  std::vector<uint8_t> rx;  // response buffer (under mu)
   std::vector<Segment> segments;
   uint32_t next_segment = 1;
   std::map<uint32_t, mrc_qp*> qps;  // by handle, for async events
   std::map<uint32_t, mrc_cq*> cqs;
+  alignas(8) unsigned char nscc_out[64];  // what mrc_ctl_query_cc_profile points cc_config at
 };
 
 // Maps a fresh memfd of `bytes`, sealed so it can neither shrink nor grow;
@@ -127,6 +131,7 @@ struct mrc_cq {
   std::atomic<uint32_t> events_delivered;
   std::atomic<uint32_t> events_acked;
   std::atomic_flag lock = ATOMIC_FLAG_INIT;
+  bool ev_events = false;  // an mrc_ctl EV event CQ
 };
 
 struct mrc_qp_hint {

@@ -55,7 +55,7 @@ class EngineHosts::Host final : public engine::Env {
     if (hosts_.hook_) hosts_.hook_queue_.emplace_back(index_, c);
   }
 
-  void ev_event(uint32_t qpn, uint32_t ev, engine::EvState from, engine::EvState to, uint64_t drops) override {
+  void ev_event(uint32_t qpn, uint32_t /*ev_index*/, uint32_t ev, engine::EvState from, engine::EvState to, uint64_t drops) override {
     if (hosts_.observers_.ev_event) hosts_.observers_.ev_event(index_, {hosts_.now(), qpn, ev, from, to, drops});
   }
 
