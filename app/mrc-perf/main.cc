@@ -16,17 +16,33 @@
 //   S->C SETUP        server GID, active MTU and per QP {qpn, psn, addr, rkey,
 //                     capacity} of its destination area
 //   C->S SETUP        the same for the client, plus the path MTU both use
-//   S->C READY        server QPs are in RTS and its receive queues are filled
+//   S->C READY        server QPs are in RTS and its receive queues are
+//                     filled: {u32 QPs, per QP u64 receives posted so far}
 //   per size:
 //   C->S PHASE_BEGIN  size, warmup, iterations (or a duration)
 //   S->C PHASE_READY  server zeroed its destination area (and for latency
 //                     prepared its first reply)
 //   ... RDMA traffic ...
+//   S->C CREDIT       bandwidth WRITE_IMM only, any number of times before
+//                     PHASE_RESULT: same payload as READY
 //   C->S PHASE_END    per QP: the number of WRs issued and completed
 //   S->C PHASE_RESULT verification verdict (slots/bytes checked, bad slots,
 //                     immediates received/bad, first problem as text)
 //   C->S BYE          {u8 overall integrity verdict of the client}
 //   either way ABORT  {u8 exit code, text}: the sender gives up
+//
+// Receive credits. MRC has no RNR: a WRITE_IMM that finds no receive WR
+// posted is a fatal error of the responder's QP. The client's send window
+// only bounds what the server's NIC has not yet acknowledged, not what the
+// server program has not yet seen and re-posted (a server that loses its
+// CPU for a few ms falls behind by thousands of messages). So in the
+// bandwidth test with WRITE_IMM the client never lets QP q's total of
+// WRITE_IMMs (over the whole session) exceed the number of receives the
+// server has announced for q: in READY, then in CREDIT messages, which the
+// server sends when some QP has re-posted a quarter of its receive queue
+// since the last announcement. Announcements lag the truth by less than a
+// quarter of the queue, so a server that keeps up never throttles the
+// client (window <= 3/4 of the queue).
 //
 // Data pattern. Both sides fill a "master" buffer from the agreed seed:
 // 1 MiB + max size of pseudo-random bytes, whose every 64-byte block starts
@@ -60,7 +76,8 @@
 // a completion that came before the arm, then poll()s the channel's fd
 // (non-blocking; events are fetched with mrc_get_cq_event and acked) together
 // with the control connection, for at most kEventSliceMs so that the stall
-// and peer checks keep running. This applies to the bandwidth client's send
+// and peer checks keep running (and the bandwidth client sees the server's
+// receive credits at once). This applies to the bandwidth client's send
 // CQ, the server's receive CQ (write_imm) and both sides of the write_imm
 // latency test; latency WRITE mode detects the reply by polling memory and
 // cannot use it. A wait that times out and then finds a completion that did
@@ -123,7 +140,7 @@ constexpr int kExitRun = 2;
 constexpr int kExitIntegrity = 3;
 
 constexpr uint32_t kMagic = 0x5043524d;  // "MRCP" as little-endian bytes
-constexpr uint16_t kProtoVersion = 2;
+constexpr uint16_t kProtoVersion = 3;
 constexpr uint32_t kMaxCtlPayload = 1u << 20;
 constexpr uint8_t kPortNum = 1;
 
@@ -452,6 +469,7 @@ enum class Msg : uint16_t {
   PhaseResult = 7,
   Bye = 8,
   Abort = 9,
+  Credit = 10,
 };
 
 const char* msg_name(Msg m) {
@@ -465,6 +483,7 @@ const char* msg_name(Msg m) {
     case Msg::PhaseResult: return "PHASE_RESULT";
     case Msg::Bye: return "BYE";
     case Msg::Abort: return "ABORT";
+    case Msg::Credit: return "CREDIT";
   }
   return "?";
 }
@@ -876,8 +895,11 @@ class Rdma {
                              bad ? bad - wr : -1, rc_text(rc, e)));
       }
       count -= n;
+      recv_posted_[q] += n;
     }
   }
+  // Receive WRs posted on QP q since it was created.
+  uint64_t recv_posted(uint32_t q) const { return recv_posted_[q]; }
 
   uint32_t rq_depth() const { return rq_depth_; }
   uint32_t sq_depth() const { return sq_depth_; }
@@ -1002,6 +1024,7 @@ class Rdma {
                                sq_depth_, rq_depth_, errno_text(e)));
       }
       qp_.push_back(qp);
+      recv_posted_.push_back(0);
       if (ia.cap.max_send_wr && ia.cap.max_send_wr < sq_depth_) sq_depth_ = ia.cap.max_send_wr;
       QpInfo info;
       check(mrc_get_qpn(qp, &info.qpn), "mrc_get_qpn");
@@ -1077,6 +1100,7 @@ class Rdma {
   mrc_cq* scq_ = nullptr;
   mrc_cq* rcq_ = nullptr;
   std::vector<mrc_qp*> qp_;
+  std::vector<uint64_t> recv_posted_;
   std::vector<QpInfo> local_, remote_;
   ibv_gid gid_{};
   uint32_t active_mtu_ = 0;
@@ -1231,8 +1255,11 @@ class ImmTracker {
  private:
   void handle(const ibv_wc& wc) {
     if (wc.status != IBV_WC_SUCCESS)
-      fail_run(fmt::format("receive completion error (wr_id {}, qp_num {:#x}): {}", wc.wr_id,
-                           wc.qp_num, wc_error(wc)));
+      fail_run(fmt::format("receive completion error (wr_id {}, qp_num {:#x}) after {} receive "
+                           "completion(s) in this phase, {} receive WRs posted since the start: {}",
+                           wc.wr_id, wc.qp_num, wc.wr_id < got_.size() ? got_[wc.wr_id] : 0,
+                           wc.wr_id < got_.size() ? r_.recv_posted(uint32_t(wc.wr_id)) : 0,
+                           wc_error(wc)));
     const uint64_t q = wc.wr_id;
     if (q >= got_.size()) fail_run(fmt::format("receive completion with unknown wr_id {}", wc.wr_id));
     ++repost_[q];
@@ -1333,6 +1360,20 @@ struct PhaseBegin {
   uint64_t iters = 0;       // 0 with seconds_ms
   uint64_t seconds_ms = 0;
 };
+
+// READY and CREDIT: receive WRs posted so far on each QP of the server.
+void put_credits(Writer& w, const Rdma& r) {
+  w.u32(r.nqps());
+  for (uint32_t q = 0; q < r.nqps(); ++q) w.u64(r.recv_posted(q));
+}
+
+std::vector<uint64_t> get_credits(Reader& m, uint32_t nq) {
+  const uint32_t n = m.u32();
+  if (n != nq) fail_run(fmt::format("control protocol: receive credits for {} QPs, expected {}", n, nq));
+  std::vector<uint64_t> c(n);
+  for (auto& v : c) v = m.u64();
+  return c;
+}
 
 void put_verdict(Writer& w, bool verified, const Verdict& v) {
   w.u8(verified).u8(v.ok()).u64(v.slots_checked).u64(v.bytes_checked).u64(v.bad_slots)
@@ -1636,7 +1677,9 @@ class Client {
     ctl.send(Msg::Setup, w);
     r.connect(srv, path_mtu_);
     if (cfg_.imm() && cfg_.lat()) r.post_recvs(0, r.rq_depth());
-    ctl.recv(Msg::Ready, 60000);
+    Reader ready = ctl.recv(Msg::Ready, 60000);
+    credit_ = get_credits(ready, cfg_.qps);
+    sent_base_.assign(cfg_.qps, 0);
 
     fmt::print(g_out,
                "mrc-perf client: {} -> {}:{}  test={} op={} qps={} mtu={} tx-depth={} cq-mod={} "
@@ -1669,6 +1712,9 @@ class Client {
     if (any_verified)
       fmt::print(g_out, "integrity: {}\n", all_ok ? "ok (every size verified)" : "FAILED");
     if (cfg_.event) fmt::print(g_out, "{}\n", event_summary(r.ev()));
+    if (credit_waits_)
+      fmt::print(g_out, "receive credits: the client waited {} time(s) for the server to re-post "
+                 "receives\n", credit_waits_);
     emit_json();
     return all_ok ? kExitOk : kExitIntegrity;
   }
@@ -1697,11 +1743,44 @@ class Client {
     std::fflush(g_out);
   }
 
+  void apply_credits(Reader& m) {
+    const auto c = get_credits(m, cfg_.qps);
+    for (uint32_t q = 0; q < cfg_.qps; ++q) credit_[q] = std::max(credit_[q], c[q]);
+  }
+
+  // The next control message, which must be `expect`; receive credits that
+  // come first are taken.
+  Reader recv_ctl(Msg expect, int timeout_ms) {
+    for (;;) {
+      auto [t, r] = ctl_->next(timeout_ms);
+      if (t == Msg::Credit) {
+        apply_credits(r);
+        continue;
+      }
+      if (t != expect)
+        fail_run(fmt::format("control protocol: expected {}, got {}", msg_name(expect), msg_name(t)));
+      return std::move(r);
+    }
+  }
+
+  // Takes whatever the server sent during a phase: receive credits only.
+  // Returns whether there were any.
+  bool take_ctl() {
+    bool got = false;
+    while (auto m = ctl_->poll_msg()) {
+      if (m->first != Msg::Credit)
+        fail_run(fmt::format("control protocol: unexpected {} during the test", msg_name(m->first)));
+      apply_credits(m->second);
+      got = true;
+    }
+    return got;
+  }
+
   void begin_phase(uint32_t k, uint64_t size) {
     Writer w;
     w.u32(k).u64(size).u64(cfg_.warmup).u64(cfg_.seconds_ms ? 0 : cfg_.iters).u64(cfg_.seconds_ms);
     ctl_->send(Msg::PhaseBegin, w);
-    ctl_->recv(Msg::PhaseReady, 120000);
+    recv_ctl(Msg::PhaseReady, 120000);
   }
 
   Verdict end_phase(const std::vector<uint64_t>& totals, bool& verified) {
@@ -1709,7 +1788,7 @@ class Client {
     w.u32(uint32_t(totals.size()));
     for (uint64_t t : totals) w.u64(t);
     ctl_->send(Msg::PhaseEnd, w);
-    Reader rr = ctl_->recv(Msg::PhaseResult, 120000);
+    Reader rr = recv_ctl(Msg::PhaseResult, 120000);
     return get_verdict(rr, verified);
   }
 
@@ -1750,6 +1829,7 @@ class Client {
     out.secs = secs;
     out.gbps = secs > 0 ? double(msgs) * double(size) * 8 / secs / 1e9 : 0;
     out.mmsgps = secs > 0 ? double(msgs) / secs / 1e6 : 0;
+    for (uint32_t q = 0; q < cfg_.qps; ++q) sent_base_[q] += st[q].posted;
     out.verdict = end_phase(totals, out.verified);
     return out;
   }
@@ -1781,13 +1861,21 @@ class Client {
     const auto opcode = cfg_.imm() ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     CqWaiter waiter(r, r.scq(), ctl_->fd());
     const bool event = r.event();
+    const bool credits = cfg_.imm();  // see "Receive credits" at the top
+    bool was_starved = false;
 
     for (;;) {
-      bool busy = false;
+      bool busy = false, starved = false;
       for (uint32_t q = 0; q < nq; ++q) {
         QpRun& s = st[q];
+        // WRITE_IMMs QP q may still issue before the server re-posts.
+        const uint64_t allowed =
+            !credits ? std::numeric_limits<uint64_t>::max()
+            : credit_[q] > sent_base_[q] + s.posted ? credit_[q] - sent_base_[q] - s.posted
+                                                    : 0;
         uint32_t n = 0;
-        while (n < kPostBatch && s.posted < s.target && s.posted - s.completed < window) {
+        while (n < kPostBatch && n < allowed && s.posted < s.target &&
+               s.posted - s.completed < window) {
           const uint64_t i = s.posted;
           sge[n].addr = reinterpret_cast<uintptr_t>(master) +
                         msg_offset(cfg_.seed, l.size, q, 0, i, l.slots);
@@ -1816,8 +1904,11 @@ class Client {
           }
         }
         if (s.posted < s.target || s.completed < s.posted) busy = true;
+        if (n == allowed && s.posted < s.target && s.posted - s.completed < window) starved = true;
       }
       if (!busy) break;
+      if (starved && !was_starved) ++credit_waits_;
+      was_starved = starved;
 
       const int n = mrc_poll_cq(r.scq(), int(kPollBatch), wc);
       if (n < 0) {
@@ -1845,9 +1936,13 @@ class Client {
         progressed = true;
       }
 
+      // Out of receive credits: look for the server's CREDIT at once.
+      if (starved && n == 0 && take_ctl()) continue;
       // Empty CQ: let the NIC's workers run if they share our CPU (poll
-      // mode), or sleep until the next completion (event mode). Every slot
-      // of the window is in flight here, so the wait cannot deadlock.
+      // mode), or sleep until the next completion (event mode). Each QP
+      // here either has its window in flight (a signaled WR among it) or
+      // waits for receive credits, which wake the sleep as control
+      // messages, so the wait cannot deadlock.
       waiter.after_poll(n);
       if (n > 0 || event || (++spin & 255) == 0) {
         const auto now = Clock::now();
@@ -1864,16 +1959,19 @@ class Client {
         if (live) live->tick(now, done_msgs - base_msgs, errors_);
         if (now - last_progress > kStall) {
           std::string where;
-          for (uint32_t q = 0; q < nq; ++q)
-            where += fmt::format(" QP{}: posted {} completed {};", q, st[q].posted, st[q].completed);
+          for (uint32_t q = 0; q < nq; ++q) {
+            where += fmt::format(" QP{}: posted {} completed {}", q, st[q].posted, st[q].completed);
+            if (credits)
+              where += fmt::format(" receive credit {}", credit_[q] - sent_base_[q]);
+            where += ";";
+          }
           fail_run(fmt::format("no completion for {} s (size {}):{}",
                                std::chrono::duration_cast<std::chrono::seconds>(kStall).count(),
                                l.size, where));
         }
         if (now - last_peer > kPeerCheck || waiter.extra_ready()) {
           last_peer = now;
-          if (auto m = ctl_->poll_msg())
-            fail_run(fmt::format("control protocol: unexpected {} during the test", msg_name(m->first)));
+          take_ctl();
         }
       }
     }
@@ -1949,7 +2047,8 @@ class Client {
                      test_name(cfg_.test), op_name(cfg_.op), cfg_.qps, path_mtu_, cfg_.tx_depth,
                      cfg_.cq_mod, cfg_.warmup, json_num(double(cfg_.seconds_ms) / 1000),
                      cfg_.verify, cfg_.seed);
-    s += fmt::format("  {},\n", event_json(cfg_.event, rdma_ ? rdma_->ev() : Rdma::EventStats{}));
+    s += fmt::format("  {}, \"credit_waits\": {},\n",
+                     event_json(cfg_.event, rdma_ ? rdma_->ev() : Rdma::EventStats{}), credit_waits_);
     s += "  \"results\": [";
     bool all_ok = true, any = false;
     for (size_t k = 0; k < phases_.size(); ++k) {
@@ -1989,6 +2088,10 @@ class Client {
   std::optional<Ctl> ctl_;
   uint32_t path_mtu_ = 0;
   uint64_t errors_ = 0;
+  // Receive credits (bandwidth WRITE_IMM): receives the server announced
+  // per QP, and the WRITE_IMMs of earlier phases.
+  std::vector<uint64_t> credit_, sent_base_;
+  uint64_t credit_waits_ = 0;
   Clock::time_point last_completion_{};
   std::vector<PhaseOut> phases_;
   std::string error_;
@@ -2070,7 +2173,11 @@ class Server {
     r.connect(cli, cli.path_mtu);
     if (cfg_.imm())
       for (uint32_t q = 0; q < cfg_.qps; ++q) r.post_recvs(q, r.rq_depth());
-    ctl.send(Msg::Ready);
+    Writer ready;
+    put_credits(ready, r);
+    ctl.send(Msg::Ready, ready);
+    announced_.clear();
+    for (uint32_t q = 0; q < cfg_.qps; ++q) announced_.push_back(r.recv_posted(q));
     for (uint32_t q = 0; q < cfg_.qps; ++q)
       fmt::print(g_out, "  QP {}: local qpn {:#08x} gid {}  remote qpn {:#08x} gid {}  mtu {}\n", q,
                  r.local(q).qpn, gid_text(r.gid()), cli.qps[q].qpn, gid_text(cli.gid), path_mtu_);
@@ -2102,8 +2209,17 @@ class Server {
       Writer res;
       put_verdict(res, p.verified, p.verdict);
       ctl.send(Msg::PhaseResult, res);
-      uint64_t per_qp = p.totals.empty() ? 0 : p.totals[0];
-      fmt::print(g_out, "size {:>10}: {} message(s) per QP, {}\n", p.size, per_qp,
+      uint64_t total = 0, lo = std::numeric_limits<uint64_t>::max(), hi = 0;
+      for (uint64_t t : p.totals) {
+        total += t;
+        lo = std::min(lo, t);
+        hi = std::max(hi, t);
+      }
+      const std::string count =
+          cfg_.qps == 1 ? fmt::format("{} message(s)", total)
+                        : fmt::format("{} message(s) on {} QPs ({}..{} per QP)", total, cfg_.qps,
+                                      lo, hi);
+      fmt::print(g_out, "size {:>10}: {}, {}\n", p.size, count,
                  !p.verified ? "not verified"
                  : p.verdict.ok()
                      ? fmt::format("verified ok ({} slots, {} bytes{})", p.verdict.slots_checked,
@@ -2138,6 +2254,20 @@ class Server {
     return t;
   }
 
+  // Announces the receives re-posted since the last announcement once some
+  // QP has re-posted a quarter of its receive queue (bandwidth WRITE_IMM).
+  void maybe_credit() {
+    Rdma& r = *rdma_;
+    const uint64_t step = std::max<uint32_t>(1, r.rq_depth() / 4);
+    bool due = false;
+    for (uint32_t q = 0; q < cfg_.qps && !due; ++q) due = r.recv_posted(q) - announced_[q] >= step;
+    if (!due) return;
+    Writer w;
+    put_credits(w, r);
+    ctl_->send(Msg::Credit, w);
+    for (uint32_t q = 0; q < cfg_.qps; ++q) announced_[q] = r.recv_posted(q);
+  }
+
   void zero_dst() {
     Rdma& r = *rdma_;
     std::memset(r.dst(0), 0, r.dst_cap() * cfg_.qps);
@@ -2164,6 +2294,7 @@ class Server {
       uint32_t idle = 0;
       for (;;) {
         const int n = imm.poll();
+        if (n > 0) maybe_credit();
         waiter.after_poll(n);
         if (n != 0) continue;
         if (waiter.extra_ready() || (++idle & 255) == 0) {
@@ -2290,6 +2421,7 @@ class Server {
   std::optional<Rdma> rdma_;
   uint32_t path_mtu_ = 0;
   bool client_ok_ = true;
+  std::vector<uint64_t> announced_;  // receives announced per QP (READY, CREDIT)
   std::vector<ServerPhase> phases_;
   std::string error_;
 };

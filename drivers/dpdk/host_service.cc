@@ -354,7 +354,13 @@ class HostShard final : public ShardApp {
     write_cqe(s, recv ? *q->rcq : *q->scq, e, recv || c.status != engine::WcStatus::success);
   }
 
- void on_ev_event(Shard&, const EvEventRecord& e) override { svc_.post_ev_event(dev_, e); }
+  void on_ev_event(Shard&, const EvEventRecord& e) override { svc_.post_ev_event(dev_, e); }
+  // A QP that fails on its own for a reason its completions cannot carry
+  // (a WRITE_IMM with no receive posted) raises QP_FATAL, as verbs does.
+  void on_qp_error(Shard&, uint32_t qpn, engine::WcStatus why) override {
+    if (why != engine::WcStatus::fatal_err) return;
+    if (HostQp* q = lookup(qpn)) svc_.post_event(q->client, {kEvQpFatal, 0, q->handle, 0});
+  }
   void on_endpoint_response(Shard&, const EndpointResponse& r) override { svc_.post_ep_response(dev_, r); }
 
  private:
@@ -442,7 +448,7 @@ class HostShard final : public ShardApp {
       fail_qp(s, q, ShardCtr::host_bad_rq_index, 0);
       return true;
     }
-    n = std::min(n, kSqBudget);
+    // No budget: receives are cheap, and a WRITE_IMM that finds none fails the QP.
     uint32_t taken = 0;
     for (; taken < n; ++taken) {
       const uint64_t wr_id = q.rq[(q.rq_cons + taken) & (q.rq_depth - 1)].wr_id;
@@ -469,6 +475,9 @@ class HostShard final : public ShardApp {
     abi::store_release(cq.hdr->prod, ++cq.prod);
     s.count(ShardCtr::host_cqe);
     if (cq.eventfd < 0) return;
+    // Publish prod before reading arm_sn (the client arms, then re-polls):
+    // a store then a load needs a full fence, or both sides miss.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     const uint32_t arm = abi::load_acquire(cq.hdr->arm_sn);
     if (arm == cq.fired) return;
     // Solicited-only waits wake on receives and errors (the WRITE_IMM's
@@ -1728,6 +1737,7 @@ void HostService::Impl::deliver_ev_events() {
       sk.dropped = 0;
       std::memcpy(&sk.ring[sk.prod & (sk.depth - 1)], &out, sizeof out);
       abi::store_release(sk.hdr->prod, ++sk.prod);
+      std::atomic_thread_fence(std::memory_order_seq_cst);  // as in write_cqe
       const uint32_t arm = abi::load_acquire(sk.hdr->arm_sn);
       if (sk.eventfd >= 0 && arm != sk.fired) {
         sk.fired = arm;

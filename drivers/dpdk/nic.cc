@@ -501,6 +501,9 @@ unsigned Shard::run_once(Nanos now) {
   serve_mailbox();
   I.now = now;
   I.refresh_usable(dev_.num_planes());
+  // The app first: receives a host posted before its peer sent must be in
+  // the engine before that peer's WRITE_IMM is processed.
+  if (app_ && app_->on_poll(*this, now)) I.deadline = 0;
   unsigned work = 0;
   std::array<rte_mbuf*, kRxBurst> burst;
   if (I.steer) {
@@ -520,7 +523,6 @@ unsigned Shard::run_once(Nanos now) {
     for (unsigned i = 0; i < n; ++i) I.stage(h.plane, burst[i]);
     work += n;
   }
-  if (app_ && app_->on_poll(*this, now)) I.deadline = 0;
   if (work || now >= I.deadline || eng_->wants_tx()) {
     eng_->poll(now);
     I.deadline = eng_->next_deadline();

@@ -114,7 +114,9 @@ MRC_EXPORT int mrc_destroy_context(mrc_context* m) {
 
 MRC_EXPORT int mrc_create_comp_channel(mrc_context* m, mrc_comp_channel** channel) {
   if (!m || !channel) return errno = EINVAL, -1;
-  const int efd = eventfd(0, EFD_CLOEXEC);
+  // One count per signalled CQ, consumed one at a time: poll() on the fd
+  // is readable exactly while an event is waiting.
+  const int efd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
   if (efd < 0) return -1;
   auto* ch = new (std::nothrow) mrc_comp_channel;
   if (!ch) {
@@ -257,27 +259,31 @@ MRC_EXPORT int mrc_req_notify_cq(mrc_cq* cq, int solicited_only) {
   SpinGuard g(cq->lock);
   abi::store_release(cq->hdr->arm_solicited, solicited_only ? 1 : 0);
   abi::store_release(cq->hdr->arm_sn, ++cq->arm_sn);
+  // The caller polls next: arm_sn must be visible before that load of prod.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   return 0;
 }
 
 MRC_EXPORT int mrc_get_cq_event(mrc_comp_channel* ch, mrc_cq** cq_out, void** cq_context) {
   if (!ch || !cq_out || !cq_context) return errno = EINVAL, -1;
   for (;;) {
-    {
-      std::lock_guard<std::mutex> g(ch->mu);
-      for (mrc_cq* cq : ch->cqs) {
-        const uint32_t fired = abi::load_acquire(cq->hdr->fired_sn);
-        if (fired == cq->seen_fired) continue;
-        cq->seen_fired = fired;
-        cq->events_delivered.fetch_add(1, std::memory_order_relaxed);
-        *cq_out = cq;
-        *cq_context = cq->cq_context;
-        return 0;
-      }
-    }
     uint64_t v;
     // Honours O_NONBLOCK on the channel's fd (EAGAIN), as verbs channels do.
-    if (read(ch->efd, &v, sizeof v) < 0 && errno != EINTR) return -1;
+    if (read(ch->efd, &v, sizeof v) < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    std::lock_guard<std::mutex> g(ch->mu);
+    for (mrc_cq* cq : ch->cqs) {
+      const uint32_t fired = abi::load_acquire(cq->hdr->fired_sn);
+      if (fired == cq->seen_fired) continue;
+      cq->seen_fired = fired;
+      cq->events_delivered.fetch_add(1, std::memory_order_relaxed);
+      *cq_out = cq;
+      *cq_context = cq->cq_context;
+      return 0;
+    }
+    // A count with no CQ behind it (a CQ re-armed and fired twice): wait on.
   }
 }
 

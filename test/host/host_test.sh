@@ -13,6 +13,11 @@
 #             QPs, CQs and MRs reclaimed; the device keeps serving
 #   perf      mrc-perf sweeps 1 B .. 4 MiB (WRITE, then WRITE_IMM) with
 #             integrity checks, and a latency sweep
+#   ctl       test/host/ctl_test.c, a C controller on mrc_ctl.h built against
+#             the installed SDK: GEN EV profile expansion, NSCC profile, EV
+#             deny, EV events after a plane fails under load, probes
+#   ctl-eperm the same program without CAP_NET_ADMIN: every controller call
+#             that changes something is refused with EPERM
 set -euo pipefail
 
 case_name=$1
@@ -196,6 +201,22 @@ if bad:
     sys.exit(1)
 EOF
     done
+    ;;
+  ctl | ctl-eperm)
+    install_sdk
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$sdk" -o "$work/ctl_test" "$src/test/host/ctl_test.c" \
+      -L"$sdk" -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" -libverbs || fail "ctl_test.c does not build against the installed SDK"
+    start_nic
+    run=("$work/ctl_test" mrc0 mrc1)
+    if [ "$case_name" = ctl-eperm ]; then
+      # Same user, so the device socket opens; only the capability is gone.
+      run=(setpriv --inh-caps -net_admin --bounding-set -net_admin -- "$work/ctl_test" --expect-eperm mrc0 mrc1)
+    fi
+    MRC_QUIET=1 timeout 120 "${run[@]}" >"$work/ctl.txt" 2>&1 || {
+      grep -v '^ok' "$work/ctl.txt" >&2
+      fail "ctl_test ($case_name)"
+    }
+    tail -1 "$work/ctl.txt"
     ;;
   *)
     fail "unknown case $case_name"
