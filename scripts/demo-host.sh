@@ -2,9 +2,11 @@
 # Host programs on mrc-nic: two devices, mrc0 and mrc1, each served by its own mrc-nic
 # process and joined by 4 memif planes (config/nic/memif-*.conf without --workload, so they
 # serve lib_mrc.so clients). mrc-perf, an ordinary program on the OCP MRC API, writes 1 MiB
-# messages on 4 QPs for 10 s with every byte verified; plane 1 of mrc0 fails silently
-# mid-run and comes back. Prints mrc-perf's per-second table, what mrc0's NIC saw per plane,
-# and a VERDICT line. Called by scripts/demo.sh (which builds first); output in out/demo/.
+# messages on 4 QPs for 10 s with every byte verified. Partway through, the controller CLI
+# (mrcctl, on the OCP mrc_ctl.h API) downs mrc0's port 2 (plane 1) and later restores it,
+# while `mrcctl monitor` collects the EV events. Prints mrc-perf's per-second table, mrc0's
+# per-plane table (Gb/s, EV states, retransmits), the EV events and a VERDICT line.
+# Called by scripts/demo.sh (which builds first); output in out/demo/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +15,7 @@ mkdir -p "$out"
 py=/usr/bin/python3
 nic=build/app/mrc-nic
 perf=build/app/mrc-perf
+ctl=build/app/mrcctl
 sock=/tmp/mrcnic-demo.sock # the memif socket= of config/nic/memif-*.conf
 prefix=mrchost$$
 export MRC_RUN_DIR=$out/run # where lib_mrc.so finds the devices
@@ -37,6 +40,11 @@ trap cleanup EXIT
 trap 'echo "demo: interrupted" >&2; exit 130' INT TERM
 
 rm -rf "$MRC_RUN_DIR" "$sock"
+# The controller API needs CAP_NET_ADMIN; without it the NIC fails the plane itself.
+admin=0
+(($(sed -n 's/^CapEff:[[:space:]]*//p' /proc/self/status | sed 's/^/0x/') >> 12 & 1)) && admin=1
+link_events=()
+[ $admin -eq 1 ] || link_events=(--link-event "mrc0:1 down at-ms=4500" --link-event "mrc0:1 up at-ms=7500")
 rm -f "$out"/host-{mrc0,mrc1}.{out,log} "$out"/host-perf-{client,server}.txt "$out/host-perf.json"
 eal=(--no-huge -m 1024 --no-pci --log-level='*:warning')
 # Two busy-polling NIC workers and the programs share 2 CPUs: an ACK timeout longer than a
@@ -45,7 +53,12 @@ nic_opts=(${DEMO_NIC_OPTS:---timeout 13})
 
 echo
 echo "== host programs: mrc-perf over lib_mrc.so on two mrc-nic devices (4 memif planes)"
-echo "   1 MiB WRITEs on 4 QPs for 10 s, every byte checked; mrc0's plane 1 fails silently ~3 s in and is back ~3 s later"
+if [ $admin -eq 1 ]; then
+  echo "   1 MiB WRITEs on 4 QPs for 10 s, every byte checked; at 3 s mrcctl downs mrc0's port 2 (plane 1), at 6 s restores it"
+else
+  echo "   1 MiB WRITEs on 4 QPs for 10 s, every byte checked; mrc0's plane 1 fails ~3 s in, back ~3 s later"
+  echo "   (mrcctl needs CAP_NET_ADMIN, which this shell lacks: mrc-nic fails the plane itself)"
+fi
 # mrc1 owns the memif sockets (server role); its worker on CPU 1, mrc0's on CPU 0.
 "$nic" "${eal[@]}" --file-prefix "${prefix}r" -l 0,1 -- --config config/nic/memif-responder.conf \
   --stats-interval 0 "${nic_opts[@]}" >"$out/host-mrc1.out" 2>"$out/host-mrc1.log" &
@@ -55,8 +68,7 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 "$nic" "${eal[@]}" --file-prefix "${prefix}q" --lcores '0@1,1@0' -- --config config/nic/memif-requester.conf \
-  --stats-interval 1 "${nic_opts[@]}" --link-event "mrc0:1 down at-ms=4500" --link-event "mrc0:1 up at-ms=7500" \
-  >"$out/host-mrc0.out" 2>"$out/host-mrc0.log" &
+  --stats-interval 1 "${nic_opts[@]}" "${link_events[@]}" >"$out/host-mrc0.out" 2>"$out/host-mrc0.log" &
 pids+=($!)
 for _ in $(seq 1 200); do
   [ -S "$MRC_RUN_DIR/mrc0.sock" ] && [ -S "$MRC_RUN_DIR/mrc1.sock" ] && break
@@ -73,6 +85,17 @@ perf_opts=()
 "$perf" --dev mrc1 --port "$port" >"$out/host-perf-server.txt" 2>&1 &
 server=$!
 pids+=($server)
+if [ $admin -eq 1 ]; then
+  "$ctl" monitor mrc0 --seconds 14 >"$out/host-ev-events.txt" 2>&1 &
+  pids+=($!)
+  (
+    sleep 3.5
+    "$ctl" port set mrc0 2 down
+    sleep 3
+    "$ctl" port set mrc0 2 up
+  ) >"$out/host-mrcctl.txt" 2>&1 &
+  pids+=($!)
+fi
 set +e
 "$perf" --dev mrc0 --connect "127.0.0.1:$port" --size 1M --qps 4 --seconds 10 --stats-interval 1 \
   "${perf_opts[@]}" --json "$out/host-perf.json" 2>&1 | tee "$out/host-perf-client.txt" |
@@ -86,6 +109,23 @@ cleanup
 echo
 echo "   what mrc0's NIC saw (its own table: per plane Gb/s and EV health ok/bad/denied; '!' = link down):"
 grep -E '^ *(time_s|[0-9]+\.[0-9] mrc0)' "$out/host-mrc0.out" | sed 's/^/   /' || true
+if [ -s "$out/host-ev-events.txt" ]; then
+  echo
+  echo "   EV events the controller saw (mrcctl monitor mrc0; all in $out/host-ev-events.txt):"
+  sed 's/^/   mrcctl: /' "$out/host-mrcctl.txt"
+  $py - "$out/host-ev-events.txt" <<'PY'
+import collections, re, sys
+ev = [m.groups() for m in (re.match(r"(\S+) profile (\d+) ev (\d+) port (\d+) (\S+) drops (\d+)", l)
+                             for l in open(sys.argv[1])) if m]
+by = collections.Counter((p, st) for t, prof, e, p, st, d in ev)
+for port in sorted({p for p, st in by}, key=int):
+    print(f"   port {port}: {by[(port, 'ASSUMED_BAD')]:5} x ASSUMED_BAD, {by[(port, 'GOOD')]:5} x GOOD")
+first = next(((t, e) for t, prof, e, p, st, d in ev if p == "2" and st == "ASSUMED_BAD"), None)
+if ev:
+    print(f"   e.g. {ev[0][0]} EV {ev[0][2]} on port {ev[0][3]} went {ev[0][4]}; every EV is probed back to GOOD once "
+          "its path answers (on the healthy ports: single losses, with 2 CPUs shared by 2 busy-polling NICs)")
+PY
+fi
 
 set +e
 $py - "$out" "$client_rc" "$server_rc" >"$out/host-summary.txt" <<'PY'

@@ -16,7 +16,11 @@
  *       expansion; an EXP profile filled with REPLACE_EV
  *   (c) an NSCC CC profile goes ONLINE and reads back
  *   (d) QPs on both devices attached to those profiles carry a 1 MiB WRITE
- *   (e) a denied EV reads DENIED, and writes still complete
+ *   (e) a denied EV reads DENIED, and writes still complete; with
+ *       MRC_TELEMETRY_PREFIX set (mrc-nic's --file-prefix, or the path of
+ *       its telemetry socket), mrc-nic's per-EV counters (/mrc/evs) show
+ *       that the denied EV sends nothing while the other EVs carry the
+ *       writes, and that it sends again once restored
  *   (g) EV probes on every port toward DEV_B's addresses get RTTs > 0
  *   (f) an EV event CQ reports ASSUMED_BAD for an EV of a port disabled
  *       while writes stream; the port is enabled again
@@ -47,6 +51,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1423,15 +1431,307 @@ out:
 	quiet_ok(mrc_destroy_cq(evcq), "mrc_destroy_cq (EV event CQ)");
 }
 
+/* ------------------------------------------------------------ telemetry */
+
+/*
+ * A minimal client of mrc-nic's DPDK telemetry socket (SOCK_SEQPACKET: a
+ * JSON greeting on connect, then one JSON reply per command), reading the
+ * per-EV counters of one QP from /mrc/evs,DEV:QPN[,FIRST]. The reply is a
+ * dict with "columns" (names), "states" (state names by value), "count",
+ * "next" when more pages follow, and one u64 array per EV keyed by the EV's
+ * index. No JSON library: the strings are scanned.
+ */
+#define TEL_BUF_LEN	(64u << 10)
+#define TEL_MAX_EVS	256
+#define TEL_TIMEOUT_S	2
+
+struct ev_row {
+	uint64_t ev, plane, state, active, tx, rtx;
+};
+
+struct ev_table {
+	int n;			/* rows read (all pages) */
+	int denied;		/* value of the DENIED state, -1 if unnamed */
+	struct ev_row row[TEL_MAX_EVS];
+};
+
+static const char *tel_prefix(void)
+{
+	const char *p = getenv("MRC_TELEMETRY_PREFIX");
+
+	return p && *p ? p : NULL;
+}
+
+/* Connected to the socket of MRC_TELEMETRY_PREFIX, greeting consumed. */
+static int tel_connect(char *buf, size_t len, char *err, size_t errlen)
+{
+	const char *prefix = tel_prefix(), *xdg = getenv("XDG_RUNTIME_DIR");
+	struct timeval tv = { TEL_TIMEOUT_S, 0 };
+	char paths[3][sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int npaths = 0, i, fd = -1, e = 0;
+	ssize_t n;
+
+	/* DPDK's runtime directory: /var/run/dpdk for root, else
+	 * $XDG_RUNTIME_DIR/dpdk or /tmp/dpdk. */
+	if (strchr(prefix, '/')) {
+		snprintf(paths[npaths++], sizeof(paths[0]), "%s", prefix);
+	} else {
+		snprintf(paths[npaths++], sizeof(paths[0]), "/var/run/dpdk/%s/dpdk_telemetry.v2", prefix);
+		if (xdg && *xdg)
+			snprintf(paths[npaths++], sizeof(paths[0]), "%s/dpdk/%s/dpdk_telemetry.v2", xdg, prefix);
+		snprintf(paths[npaths++], sizeof(paths[0]), "/tmp/dpdk/%s/dpdk_telemetry.v2", prefix);
+	}
+	for (i = 0; i < npaths; i++) {
+		struct sockaddr_un sa;
+
+		memset(&sa, 0, sizeof(sa));
+		sa.sun_family = AF_UNIX;
+		memcpy(sa.sun_path, paths[i], sizeof(sa.sun_path));
+		fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+		if (fd < 0) {
+			snprintf(err, errlen, "socket: %s", strerror(errno));
+			return -1;
+		}
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			break;
+		e = errno;
+		close(fd);
+		fd = -1;
+	}
+	if (fd < 0) {
+		snprintf(err, errlen, "connect %s: %s", paths[0], strerror(e));
+		return -1;
+	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	n = recv(fd, buf, len - 1, 0);
+	if (n <= 0) {
+		snprintf(err, errlen, "no greeting: %s", n < 0 ? strerror(errno) : "closed");
+		close(fd);
+		return -1;
+	}
+	buf[n] = 0;
+	{
+		const char *m = strstr(buf, "\"max_output_len\":");
+
+		if (m && strtoull(m + 17, NULL, 10) >= len) {
+			snprintf(err, errlen, "max_output_len %s exceeds this reader's %zu bytes", m + 17, len);
+			close(fd);
+			return -1;
+		}
+	}
+	return fd;
+}
+
+/* One command, its reply (NUL-terminated) in buf. */
+static int tel_command(int fd, const char *cmd, char *buf, size_t len, char *err, size_t errlen)
+{
+	ssize_t n;
+
+	if (send(fd, cmd, strlen(cmd), 0) < 0) {
+		snprintf(err, errlen, "send %s: %s", cmd, strerror(errno));
+		return -1;
+	}
+	n = recv(fd, buf, len - 1, 0);
+	if (n <= 0) {
+		snprintf(err, errlen, "%s: no reply (%s)", cmd, n < 0 ? strerror(errno) : "closed");
+		return -1;
+	}
+	buf[n] = 0;
+	return 0;
+}
+
+/* The start of the array under `key` (just past its '['), or NULL. */
+static const char *json_array(const char *json, const char *key)
+{
+	char pat[80];
+
+	snprintf(pat, sizeof(pat), "\"%s\":[", key);
+	json = strstr(json, pat);
+	return json ? json + strlen(pat) : NULL;
+}
+
+/* Position of the string `name` (any case) in a string array, or -1. */
+static int json_string_index(const char *arr, const char *name)
+{
+	size_t len = strlen(name);
+	int i = 0;
+
+	while (arr && *arr && *arr != ']') {
+		if (*arr == '"') {
+			const char *end = strchr(arr + 1, '"');
+
+			if (!end)
+				return -1;
+			if ((size_t)(end - arr - 1) == len && !strncasecmp(arr + 1, name, len))
+				return i;
+			i++;
+			arr = end + 1;
+		} else {
+			arr++;
+		}
+	}
+	return -1;
+}
+
+/* Up to max numbers of a u64 array; the count read. */
+static int json_u64s(const char *arr, uint64_t *v, int max)
+{
+	int n = 0;
+
+	while (arr && n < max) {
+		char *end;
+
+		while (*arr == ' ' || *arr == ',')
+			arr++;
+		if (*arr < '0' || *arr > '9')
+			break;
+		v[n++] = strtoull(arr, &end, 10);
+		arr = end;
+	}
+	return n;
+}
+
+/* A u64 value under `key`, or -1 if absent. */
+static int64_t json_u64(const char *json, const char *key)
+{
+	char pat[80];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	if (!p || p[strlen(pat)] < '0' || p[strlen(pat)] > '9')
+		return -1;
+	return (int64_t)strtoull(p + strlen(pat), NULL, 10);
+}
+
+/* Every EV of QP qpn on device dev, all pages. */
+static int tel_read_evs(const char *dev, uint32_t qpn, struct ev_table *t, char *err, size_t errlen)
+{
+	static const char *const want[6] = { "ev", "plane", "state", "active", "tx_pkts", "rtx_pkts" };
+	static char buf[TEL_BUF_LEN];
+	int64_t count = -1, first = 0;
+	int fd, rc = -1;
+
+	memset(t, 0, sizeof(*t));
+	t->denied = -1;
+	fd = tel_connect(buf, sizeof(buf), err, errlen);
+	if (fd < 0)
+		return -1;
+	for (;;) {
+		char cmd[128], key[24];
+		const char *cols, *arr;
+		int col[6], ncols = 0, i, k;
+
+		snprintf(cmd, sizeof(cmd), "/mrc/evs,%s:%u,%" PRId64, dev, qpn, first);
+		if (tel_command(fd, cmd, buf, sizeof(buf), err, errlen))
+			goto out;
+		cols = json_array(buf, "columns");
+		if (!cols) {
+			snprintf(err, errlen, "%s: no \"columns\" in %.200s", cmd, buf);
+			goto out;
+		}
+		for (arr = cols; *arr && *arr != ']'; arr++)
+			ncols += *arr == '"';
+		ncols /= 2;
+		for (k = 0; k < 6; k++) {
+			col[k] = json_string_index(cols, want[k]);
+			if (col[k] < 0) {
+				snprintf(err, errlen, "%s: no column \"%s\"", cmd, want[k]);
+				goto out;
+			}
+		}
+		t->denied = json_string_index(json_array(buf, "states"), "DENIED");
+		count = json_u64(buf, "count");
+		if (count < 0 || count > TEL_MAX_EVS) {
+			snprintf(err, errlen, "%s: count %" PRId64 " (0..%d)", cmd, count, TEL_MAX_EVS);
+			goto out;
+		}
+		for (i = (int)first; i < count; i++) {
+			uint64_t v[64];
+			struct ev_row *r = &t->row[i];
+
+			snprintf(key, sizeof(key), "%d", i);
+			arr = json_array(buf, key);
+			if (!arr)
+				break;	/* on a later page */
+			if (json_u64s(arr, v, 64) != ncols) {
+				snprintf(err, errlen, "%s: row %d has not %d values", cmd, i, ncols);
+				goto out;
+			}
+			r->ev = v[col[0]];
+			r->plane = v[col[1]];
+			r->state = v[col[2]];
+			r->active = v[col[3]];
+			r->tx = v[col[4]];
+			r->rtx = v[col[5]];
+			t->n = i + 1;
+		}
+		first = json_u64(buf, "next");
+		if (first < 0)
+			break;
+		if (first != t->n) {
+			snprintf(err, errlen, "%s: next %" PRId64 " after %d rows", cmd, first, t->n);
+			goto out;
+		}
+	}
+	if (t->n != count) {
+		snprintf(err, errlen, "%d of %" PRId64 " rows", t->n, count);
+		goto out;
+	}
+	rc = 0;
+out:
+	close(fd);
+	return rc;
+}
+
+/* The row of `ev`: the QP's EVs are the profile's, in order; checked. */
+static int tel_row_of(const struct ev_table *t, int idx, const struct mrc_ctl_ev *ev)
+{
+	int i;
+
+	if (idx < t->n && t->row[idx].ev == ev16(ev->val) && t->row[idx].plane + 1 == ev->port)
+		return idx;
+	for (i = 0; i < t->n; i++)
+		if (t->row[i].ev == ev16(ev->val) && t->row[i].plane + 1 == ev->port)
+			return i;
+	return -1;
+}
+
+static uint64_t tel_tx_others(const struct ev_table *t, int row)
+{
+	uint64_t sum = 0;
+	int i;
+
+	for (i = 0; i < t->n; i++)
+		if (i != row)
+			sum += t->row[i].tx;
+	return sum;
+}
+
+/* A's EV table for the requester QP, reported only on failure. */
+static int tel_read_a(const struct pair *p, struct ev_table *t, const char *when)
+{
+	char err[300], what[200];
+
+	if (tel_read_evs(A.name, p->qpna, t, err, sizeof(err)) == 0)
+		return 0;
+	snprintf(what, sizeof(what), "telemetry: /mrc/evs of A's QP %s", when);
+	report(0, what, "%s", err);
+	return -1;
+}
+
 /* ------------------------------------------------------------ (e) deny */
 
 static void test_deny(struct pair *p)
 {
 	const int idx = 5 % A.ngen;
+	const uint64_t min_pkts = 8ull * BIG_LEN / (128u << path_mtu);	/* payload <= path MTU */
 	struct mrc_ctl_ev target = A.gen_evs[idx].ev, absent;
 	struct mrc_ctl_ev_op_entry arr[64];
+	static struct ev_table t0, t1;
 	char what[200];
-	int st, n, k;
+	int st, n, k, row = -1, tel = tel_prefix() != NULL, writes_ok = 1;
 
 	snprintf(what, sizeof(what), "A: deny EV %u on port %u (MODIFY_EV_STATE DENIED)", ev16(target.val),
 		 target.port);
@@ -1444,13 +1744,53 @@ static void test_deny(struct pair *p)
 	report(n > idx && arr[idx].state == MRC_CTL_EV_DENIED && ev_equal(&arr[idx].ev, &target),
 	       "A: QUERY_EV_ARRAY shows the EV DENIED in place", "entry %d state 0x%x", idx,
 	       n > idx ? arr[idx].state : 0);
+
+	/* The per-EV counters of A's QP before the traffic. */
+	if (!tel) {
+		note("skip: per-EV counters of the denied EV not checked (set MRC_TELEMETRY_PREFIX)");
+	} else if (tel_read_a(p, &t0, "before the writes")) {
+		tel = 0;
+	} else {
+		row = tel_row_of(&t0, idx, &target);
+		snprintf(what, sizeof(what), "telemetry: A's QP 0x%x lists EV %u of plane %u, DENIED", p->qpna,
+			 ev16(target.val), target.port - 1);
+		report(row >= 0 && t0.denied >= 0 && t0.row[row].state == (uint64_t)t0.denied, what,
+		       row < 0 ? "not among %d EVs" : "%d EVs, state %" PRIu64 " (denied is %d)", t0.n,
+		       row < 0 ? 0 : t0.row[row].state, t0.denied);
+		if (row < 0)
+			tel = 0;
+		else if (row != idx)
+			note("telemetry lists the EV at index %d, the profile at %d", row, idx);
+	}
+
 	for (k = 0; k < 8; k++) {
 		snprintf(what, sizeof(what), "1 MiB WRITE #%d with one EV denied", k + 1);
-		if (write_and_check(p, 0, BIG_LEN, 0xD00 + (uint64_t)k, what))
+		if (write_and_check(p, 0, BIG_LEN, 0xD00 + (uint64_t)k, what)) {
+			writes_ok = 0;
 			break;
+		}
 	}
 	st = query_one_state(&A, GEN_ID, &target);
 	report(st == MRC_CTL_EV_DENIED, "A: the EV is still DENIED after traffic", "state %d", st);
+
+	if (tel && !tel_read_a(p, &t1, "after the writes")) {
+		const struct ev_row *b0 = &t0.row[row], *b1 = &t1.row[row];
+		const uint64_t o0 = tel_tx_others(&t0, row), o1 = tel_tx_others(&t1, row);
+
+		note("telemetry: denied EV tx_pkts %" PRIu64 " -> %" PRIu64 ", rtx_pkts %" PRIu64 " -> %" PRIu64
+		     "; the other %d EVs tx_pkts %" PRIu64 " -> %" PRIu64, b0->tx, b1->tx, b0->rtx, b1->rtx,
+		     t1.n - 1, o0, o1);
+		report(t1.n == t0.n && b1->ev == b0->ev && b1->plane == b0->plane && b1->tx == b0->tx &&
+		       b1->rtx == b0->rtx, "telemetry: the denied EV sent no packet during the 8 MiB of WRITEs",
+		       "tx_pkts %" PRIu64 " -> %" PRIu64 ", rtx_pkts %" PRIu64 " -> %" PRIu64, b0->tx, b1->tx,
+		       b0->rtx, b1->rtx);
+		report(writes_ok ? o1 >= o0 + min_pkts : o1 > o0,
+		       "telemetry: the other EVs carried the WRITEs (their tx_pkts grew)",
+		       "sum %" PRIu64 " -> %" PRIu64 ", expected growth >= %" PRIu64, o0, o1,
+		       writes_ok ? min_pkts : 1);
+	} else if (tel) {
+		tel = 0;
+	}
 
 	memset(&absent, 0, sizeof(absent));
 	set_ev16(absent.val, 0x1234);
@@ -1463,7 +1803,27 @@ static void test_deny(struct pair *p)
 	call_ok(modify_one_state(&A, GEN_ID, &target, MRC_CTL_EV_GOOD), "A: restore the EV (MODIFY_EV_STATE GOOD)");
 	st = query_one_state(&A, GEN_ID, &target);
 	report(st == MRC_CTL_EV_GOOD, "A: QUERY_EV_STATE reads GOOD after the restore", "state %d", st);
-	write_and_check(p, 0, BIG_LEN, 0xE00, "1 MiB WRITE after the restore");
+	if (tel && tel_read_a(p, &t0, "after the restore"))
+		tel = 0;
+	if (write_and_check(p, 0, BIG_LEN, 0xE00, "1 MiB WRITE after the restore") || !tel)
+		return;
+
+	/* Back in the spray set: the EV must send again within a few writes. */
+	for (k = 1;; k++) {
+		if (tel_read_a(p, &t1, "after the restore's writes"))
+			return;
+		if (t1.row[row].tx > t0.row[row].tx || k >= 8)
+			break;
+		snprintf(what, sizeof(what), "1 MiB WRITE #%d after the restore", k + 1);
+		if (write_and_check(p, 0, BIG_LEN, 0xE00 + (uint64_t)k, what))
+			return;
+	}
+	snprintf(what, sizeof(what), "telemetry: the restored EV sends again (%d MiB written)", k);
+	report(t1.row[row].tx > t0.row[row].tx, what, "tx_pkts %" PRIu64 " -> %" PRIu64 ", state %" PRIu64
+	       ", active %" PRIu64, t0.row[row].tx, t1.row[row].tx, t1.row[row].state, t1.row[row].active);
+	if (t1.row[row].tx > t0.row[row].tx)
+		note("telemetry: restored EV tx_pkts %" PRIu64 " -> %" PRIu64 " after %d MiB", t0.row[row].tx,
+		     t1.row[row].tx, k);
 }
 
 /* ------------------------------------------------------------ (g) probes */

@@ -60,6 +60,7 @@ install_sdk() {
 
 export MRC_RUN_DIR=$work/run
 prefix="mrchost$$"
+export MRC_TELEMETRY_PREFIX=$prefix # ctl_test reads per-EV counters through telemetry
 
 start_nic() {
   rm -rf "$MRC_RUN_DIR"
