@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints the figures recorded in BENCHMARKS.md.
-# usage: scripts/bench.sh [wire|engine|nic]
+# usage: scripts/bench.sh [wire|engine|nic|host]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build >/dev/null
@@ -24,6 +24,10 @@ case "$what" in
   nic)
     echo "== mrc-nic over memif against dpdk-testpmd on the same vdev, one core per side"
     scripts/bench-nic.sh --seconds 5 --rounds 3
+    ;;
+  host)
+    echo "== host programs (mrc-perf on lib_mrc.so) against mrc-nic's own workload, same memif pair"
+    scripts/bench-host.sh --seconds 5 --rounds 2
     ;;
   *) echo "unknown benchmark: $what" >&2; exit 2 ;;
 esac

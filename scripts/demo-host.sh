@@ -96,19 +96,22 @@ if [ $admin -eq 1 ]; then
   ) >"$out/host-mrcctl.txt" 2>&1 &
   pids+=($!)
 fi
+echo "   mrc0's NIC, once a second: per plane Gb/s and EV health (ok/bad/denied; '!' = link down), retransmits"
 set +e
 "$perf" --dev mrc0 --connect "127.0.0.1:$port" --size 1M --qps 4 --seconds 10 --stats-interval 1 \
-  "${perf_opts[@]}" --json "$out/host-perf.json" 2>&1 | tee "$out/host-perf-client.txt" |
-  grep --line-buffered -E '^ +(time|[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$)|^integrity'
-client_rc=${PIPESTATUS[0]}
+  "${perf_opts[@]}" --json "$out/host-perf.json" >"$out/host-perf-client.txt" 2>&1 &
+client=$!
+tail -n +1 -f --pid=$client "$out/host-mrc0.out" | grep --line-buffered -E '^ *(time_s|Gb/s|[0-9]+\.[0-9] mrc0)' |
+  sed -u 's/^/   /'
+wait "$client"
+client_rc=$?
 wait "$server"
 server_rc=$?
 set -e
 cleanup
-
 echo
-echo "   what mrc0's NIC saw (its own table: per plane Gb/s and EV health ok/bad/denied; '!' = link down):"
-grep -E '^ *(time_s|[0-9]+\.[0-9] mrc0)' "$out/host-mrc0.out" | sed 's/^/   /' || true
+echo "   mrc-perf's own view (goodput a second, from its completions):"
+grep -E '^ +(time|[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+ +[0-9]+$)|^integrity' "$out/host-perf-client.txt" | sed 's/^/   /' || true
 if [ -s "$out/host-ev-events.txt" ]; then
   echo
   echo "   EV events the controller saw (mrcctl monitor mrc0; all in $out/host-ev-events.txt):"
