@@ -172,8 +172,8 @@ print(f"mrc0's NIC reclaimed {m.group(1) if m else 0} client(s) at exit; final c
 if bad:
     print("VERDICT: FAIL: " + "; ".join(bad))
     sys.exit(1)
-print("VERDICT: PASS: a host program on the OCP MRC API moved its data through lib_mrc.so intact, across a silent "
-      "plane failure")
+print("VERDICT: PASS: a host program on the OCP MRC API moved its data through lib_mrc.so intact, across a plane "
+      "failure and its recovery")
 PY
 rc=$?
 set -e
