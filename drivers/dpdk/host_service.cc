@@ -272,6 +272,7 @@ struct HostService::Impl {
                       std::vector<uint8_t>& out);
   void deliver_ev_events();
   HostQp* find_qp(uint32_t dev, uint32_t qpn);
+  HostQp* qp_of(const std::pair<uint64_t, uint32_t>& ref);  // (client, QP handle)
   void apply_denials(Client& c, HostQp& q);
   void detach(Client& c, HostQp& q);
 
@@ -1526,12 +1527,10 @@ std::string HostService::Impl::put_ev(Client& c, const abi::CtlEv& e, std::span<
   rec.e.state = e.state;
   rec.e.nentries = uint32_t(rec.entries.size());
   st.evs[e.id] = rec;
-  for (auto& [cid, qh] : rec.qps) {
-    auto cit = clients.find(cid);
-    if (cit == clients.end()) continue;
-    auto qit = cit->second->qps.find(qh);
-    if (qit == cit->second->qps.end()) continue;
-    HostQp& q = *qit->second;
+  for (const auto& ref : rec.qps) {
+    HostQp* qp = qp_of(ref);
+    if (!qp) continue;
+    HostQp& q = *qp;
     q.shard->call([&] {
       for (uint32_t i : changed)
         q.shard->engine().set_ev_state(q.qpn, i,
@@ -1555,12 +1554,10 @@ void HostService::Impl::get_ev(Client& c, uint64_t id, abi::Response& rs, std::v
   EvRec& r = it->second;
   std::vector<abi::CtlEvEntry> entries = r.entries;
   // ASSUMED_BAD when some QP of the profile sees the EV so.
-  for (auto& [cid, qh] : r.qps) {
-    auto cit = clients.find(cid);
-    if (cit == clients.end()) continue;
-    auto qit = cit->second->qps.find(qh);
-    if (qit == cit->second->qps.end()) continue;
-    HostQp& q = *qit->second;
+  for (const auto& ref : r.qps) {
+    HostQp* qp = qp_of(ref);
+    if (!qp) continue;
+    HostQp& q = *qp;
     std::vector<engine::EvInfo> evs;
     q.shard->call([&] { evs = q.shard->engine().ev_info(q.qpn); });
     for (size_t i = 0; i < evs.size() && i < entries.size(); ++i)
@@ -1690,6 +1687,13 @@ std::string HostService::Impl::ep_send(Client& c, const abi::CtlEpBatch& b, std:
     return fmt::format("{} of {} requests answered in time", got.size(), sent.size());
   }
   return {};
+}
+
+HostQp* HostService::Impl::qp_of(const std::pair<uint64_t, uint32_t>& ref) {
+  auto c = clients.find(ref.first);
+  if (c == clients.end()) return nullptr;
+  auto q = c->second->qps.find(ref.second);
+  return q == c->second->qps.end() ? nullptr : q->second.get();
 }
 
 HostQp* HostService::Impl::find_qp(uint32_t dev, uint32_t qpn) {

@@ -146,19 +146,11 @@ MRC_EXPORT int mrc_destroy_comp_channel(mrc_comp_channel* ch) {
   return 0;
 }
 
-MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_comp_channel* channel,
-                                 int comp_vector) {
-  if (!m || cqe < 1 || comp_vector < 0 || (channel && channel->mctx->ctx != m->ctx)) {
-    errno = EINVAL;
-    return nullptr;
-  }
+// A CQ whose ring the NIC writes: work completions, or (ev_events) the
+// controller's EV events. One place for both, since only the entry differs.
+mrc_cq* mrc::lib::open_ring_cq(mrc_context* m, uint32_t depth, bool ev_events, void* cq_context,
+                               mrc_comp_channel* channel) {
   Context& c = *m->ctx;
-  if (uint32_t(cqe) > c.info.max_cq_depth) {
-    complain("CQ of " + std::to_string(cqe) + " entries; the device allows " + std::to_string(c.info.max_cq_depth));
-    errno = EINVAL;
-    return nullptr;
-  }
-  const uint32_t depth = pow2_at_least(uint32_t(cqe));
   auto* cq = new (std::nothrow) mrc_cq;
   if (!cq) {
     errno = ENOMEM;
@@ -166,23 +158,27 @@ MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_
   }
   cq->mctx = m;
   cq->depth = depth;
-  cq->mem_bytes = abi::cq_bytes(depth);
+  cq->ev_events = ev_events;
+  cq->mem_bytes = ev_events ? abi::queue_bytes(depth, sizeof(abi::CtlEvent)) : abi::cq_bytes(depth);
   cq->mem = nullptr;
-  const int fd = make_shared_memory("mrc-cq", cq->mem_bytes, cq->mem);
+  const int fd = make_shared_memory(ev_events ? "mrc-ev-cq" : "mrc-cq", cq->mem_bytes, cq->mem);
   if (fd < 0) {
     delete cq;
     return nullptr;
   }
   cq->hdr = static_cast<abi::QueueHeader*>(cq->mem);
-  cq->ring = abi::entries<abi::Cqe>(cq->mem);
+  cq->ring = ev_events ? nullptr : abi::entries<abi::Cqe>(cq->mem);
   cq->cons = cq->arm_sn = cq->seen_fired = 0;
   cq->cq_context = cq_context;
   cq->channel = channel;
   cq->events_delivered = 0;
   cq->events_acked = 0;
   abi::Request rq{};
-  rq.op = abi::Op::create_cq;
-  rq.create_cq = {depth, channel != nullptr};
+  rq.op = ev_events ? abi::Op::ctl_event_cq : abi::Op::create_cq;
+  if (ev_events)
+    rq.ctl_event_cq = {depth, channel != nullptr};
+  else
+    rq.create_cq = {depth, channel != nullptr};
   int fds[2] = {fd, channel ? channel->efd : -1};
   abi::Response rs{};
   const int e = c.call(rq, rs, fds, channel ? 2 : 1);
@@ -201,6 +197,21 @@ MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_
   std::lock_guard<std::mutex> g(c.mu);
   c.cqs[cq->handle] = cq;
   return cq;
+}
+
+MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_comp_channel* channel,
+                                 int comp_vector) {
+  if (!m || cqe < 1 || comp_vector < 0 || (channel && channel->mctx->ctx != m->ctx)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  Context& c = *m->ctx;
+  if (uint32_t(cqe) > c.info.max_cq_depth) {
+    complain("CQ of " + std::to_string(cqe) + " entries; the device allows " + std::to_string(c.info.max_cq_depth));
+    errno = EINVAL;
+    return nullptr;
+  }
+  return open_ring_cq(m, pow2_at_least(uint32_t(cqe)), false, cq_context, channel);
 }
 
 MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {

@@ -400,48 +400,7 @@ MRC_EXPORT mrc_cq* mrc_ctl_create_ev_event_cq(mrc_context* m, int cqe, void* cq_
     errno = EINVAL;
     return nullptr;
   }
-  auto* cq = new (std::nothrow) mrc_cq;
-  if (!cq) {
-    errno = ENOMEM;
-    return nullptr;
-  }
-  const uint32_t depth = std::bit_ceil(uint32_t(cqe));
-  cq->mctx = m;
-  cq->depth = depth;
-  cq->ev_events = true;
-  cq->mem_bytes = abi::queue_bytes(depth, sizeof(abi::CtlEvent));
-  cq->mem = nullptr;
-  const int fd = make_shared_memory("mrc-ev-cq", cq->mem_bytes, cq->mem);
-  if (fd < 0) {
-    delete cq;
-    return nullptr;
-  }
-  cq->hdr = static_cast<abi::QueueHeader*>(cq->mem);
-  cq->ring = nullptr;
-  cq->cons = cq->arm_sn = cq->seen_fired = 0;
-  cq->cq_context = cq_context;
-  cq->channel = channel;
-  cq->events_delivered = 0;
-  cq->events_acked = 0;
-  abi::Request rq{};
-  rq.op = abi::Op::ctl_event_cq;
-  rq.ctl_event_cq = {depth, channel != nullptr};
-  int fds[2] = {fd, channel ? channel->efd : -1};
-  abi::Response rs{};
-  const int e = c->call(rq, rs, fds, channel ? 2 : 1);
-  close(fd);
-  if (e) {
-    munmap(cq->mem, cq->mem_bytes);
-    delete cq;
-    errno = e;
-    return nullptr;
-  }
-  cq->handle = rs.handle;
-  if (channel) {
-    std::lock_guard<std::mutex> g(channel->mu);
-    channel->cqs.push_back(cq);
-  }
-  return cq;
+  return open_ring_cq(m, std::bit_ceil(uint32_t(cqe)), true, cq_context, channel);
 }
 
 MRC_EXPORT int mrc_ctl_poll_ev_event(mrc_cq* cq, int num_entries, mrc_ctl_ev_event* out) {

@@ -17,6 +17,10 @@
 
 #define MRC_EXPORT extern "C" __attribute__((visibility("default")))
 
+struct mrc_context;
+struct mrc_comp_channel;
+struct mrc_cq;
+
 namespace mrc::lib {
 
 namespace abi = host::abi;
@@ -94,6 +98,10 @@ class Context {
   std::map<uint32_t, mrc_cq*> cqs;
   alignas(8) unsigned char nscc_out[64];  // what mrc_ctl_query_cc_profile points cc_config at
 };
+
+// A CQ whose ring the NIC writes (ev_events: mrc_ctl EV events); registered
+// with the device and the channel. Null with errno on failure.
+mrc_cq* open_ring_cq(mrc_context* m, uint32_t depth, bool ev_events, void* cq_context, mrc_comp_channel* channel);
 
 // Maps a fresh memfd of `bytes`, sealed so it can neither shrink nor grow;
 // returns the fd (or -1, errno set) and the mapping in `p`.

@@ -19,6 +19,9 @@
 #   ctl-eperm the same program without CAP_NET_ADMIN: every controller call
 #             that changes something is refused with EPERM
 set -euo pipefail
+# Programs find lib_mrc.so the way users build them (rpath to the installed SDK), not
+# through the LD_LIBRARY_PATH meson sets for tests.
+unset LD_LIBRARY_PATH
 
 case_name=$1
 work=$2
