@@ -258,6 +258,9 @@ int run(int argc, char** argv) {
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  // A peer that hangs up (a host client, a telemetry reader) is an error
+  // return, not a reason to die.
+  std::signal(SIGPIPE, SIG_IGN);
 
   std::unique_ptr<dp::Nic> nic;
   try {

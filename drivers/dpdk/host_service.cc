@@ -68,6 +68,20 @@ std::string map_memfd(int fd, size_t bytes, Mapping& out) {
 
 bool is_pow2(uint32_t v) { return v && !(v & (v - 1)); }
 
+// A completion channel is the client's end of a socketpair; the NIC holds
+// the other. A send with MSG_DONTWAIT cannot block or raise SIGPIPE whatever
+// the client does with its end (a full buffer only drops a wake-up it
+// already has pending), so an lcore may signal it.
+bool is_socket(int fd) {
+  int type = 0;
+  socklen_t len = sizeof type;
+  return fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0;
+}
+void signal_channel(int fd) {
+  const char one = 1;
+  [[maybe_unused]] ssize_t r = send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
 engine::QpState to_engine_state(uint32_t ibv) {
   switch (ibv) {
     case kIbvReset: return engine::QpState::reset;
@@ -256,9 +270,13 @@ struct HostService::Impl {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t r = write(wake, &one, sizeof one);
   }
+  // Kept only while an ep_send waits: unsolicited responses from the
+  // network must not pile up.
+  std::atomic<bool> ep_waiting{false};
   void post_ep_response(uint32_t dev, const EndpointResponse& r) {
+    if (!ep_waiting.load(std::memory_order_acquire)) return;
     std::lock_guard<std::mutex> g(ctl_mu);
-    ep_responses.emplace_back(dev, r);
+    if (ep_responses.size() < 4096) ep_responses.emplace_back(dev, r);
   }
 
   // Controller requests.
@@ -380,7 +398,9 @@ class HostShard final : public ShardApp {
     s.count(why);
     q.failed = true;
     abi::store_release(q.sq_hdr->error, 1);
-    s.engine().modify_qp(q.qpn, engine::QpState::error, q.attr, now);
+    // The error transition reads no attributes; q.attr belongs to the control thread.
+    static const engine::QpAttr kNoAttr{};
+    s.engine().modify_qp(q.qpn, engine::QpState::error, kNoAttr, now);
     svc_.post_event(q.client, {kEvQpFatal, 0, q.handle, 0});
   }
 
@@ -486,9 +506,8 @@ class HostShard final : public ShardApp {
     if (abi::load_acquire(cq.hdr->arm_solicited) && !solicited) return;
     cq.fired = arm;
     abi::store_release(cq.hdr->fired_sn, arm);
-    const uint64_t one = 1;
     // An interrupt's worth: one syscall per armed wait, not per completion.
-    [[maybe_unused]] ssize_t r = write(cq.eventfd, &one, sizeof one);
+    signal_channel(cq.eventfd);
     s.count(ShardCtr::host_channel_signals);
   }
 };
@@ -526,7 +545,10 @@ ssize_t recv_request(int fd, std::vector<uint8_t>& buf, int fds[2], int& nfds) {
         close(f);
     }
   }
-  if (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return -1;
+  if (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+    errno = EMSGSIZE;  // the caller closes the descriptors and the connection
+    return -1;
+  }
   return n;
 }
 
@@ -702,6 +724,8 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
 bool HostService::Impl::serve(Client& c) {
   int fds[2] = {-1, -1}, nfds = 0;
   const ssize_t n = recv_request(c.fd, rx_buf, fds, nfds);
+  if (n <= 0)
+    for (int k = 0; k < nfds; ++k) close(fds[k]);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
   if (n <= 0) return false;
   abi::Response rs{};
@@ -781,7 +805,8 @@ void HostService::Impl::handle(Client& c, const abi::Request& rq, std::span<cons
       const int ring = fd_at(0), ev = fd_at(1);
       err = create_cq(c, rq.create_cq, ring, ev, rs);
       if (ring >= 0) close(ring);
-      if (!err.empty() && ev >= 0) close(ev);  // on success the CQ keeps it
+      // The CQ keeps the channel's socket only when it was asked for one.
+      if (ev >= 0 && (!err.empty() || !rq.create_cq.with_channel)) close(ev);
       if (!err.empty() && !rs.err) rs.err = EINVAL;
       break;
     }
@@ -825,7 +850,8 @@ void HostService::Impl::handle(Client& c, const abi::Request& rq, std::span<cons
       const int ring = fd_at(0), ev = fd_at(1);
       err = ctl_handle(c, rq, payload, ring, ev, rs, out);
       if (ring >= 0) close(ring);
-      if (!err.empty() && ev >= 0) close(ev);  // on success the sink keeps it
+      const bool kept = err.empty() && rq.op == abi::Op::ctl_event_cq && rq.ctl_event_cq.with_channel;
+      if (ev >= 0 && !kept) close(ev);
       if (!err.empty() && !rs.err) rs.err = EINVAL;
       break;
     }
@@ -910,7 +936,7 @@ void HostService::Impl::release_retired(Client& c) {
 std::string HostService::Impl::create_cq(Client& c, const abi::CreateCq& r, int ring_fd, int event_fd,
                                          abi::Response& rs) {
   if (!is_pow2(r.depth) || r.depth > o.max_cq_depth) return fmt::format("CQ depth {} (power of two up to {})", r.depth, o.max_cq_depth);
-  if (r.with_channel && event_fd < 0) return "completion channel without its eventfd";
+  if (r.with_channel && !is_socket(event_fd)) return "completion channel without its socket";
   if (c.cqs.size() >= 4096) {
     rs.err = ENOMEM;
     return "too many CQs";
@@ -991,6 +1017,7 @@ std::string HostService::Impl::create_qp(Client& c, const abi::CreateQp& r, int 
   q->shard = c.dev->shards()[shard].get();
   HostShard* app = apps[di][shard].get();
   HostQp* qp = q.get();
+  q->handle = c.next_handle++;  // before the lcore can see the QP (its events name it)
   uint32_t qpn = 0;
   q->shard->call([&] {
     qpn = qp->shard->engine().create_qp(r.pd, {r.sq_depth, r.rq_depth});
@@ -1007,7 +1034,6 @@ std::string HostService::Impl::create_qp(Client& c, const abi::CreateQp& r, int 
   scq.shard = rcq.shard = shard;
   ++scq.qp_refs;
   ++rcq.qp_refs;
-  q->handle = c.next_handle++;
   rs.qp = {q->handle, qpn};
   c.qps[q->handle] = std::move(q);
   ctr.inc(HostCtr::qps_created);
@@ -1052,7 +1078,10 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
     attr.max_wimm_dest = a.max_wimm_dest;
   }
   // Profiles are programmed by a controller (mrc_ctl); 0 is the device's own.
+  // The engine takes a QP's EVs and CC at INIT, so that is when they attach.
   CtlState& st = ctl[dev.index()];
+  if ((a.mask & (abi::kModEvProfile | abi::kModCcProfile)) && !((a.mask & abi::kModState) && a.state == kIbvInit))
+    return "EV and CC profiles are set on the move to INIT";
   const EvRec* ev_rec = nullptr;
   const CcRec* cc_rec = nullptr;
   if ((a.mask & abi::kModEvProfile) && a.ev_profile) {
@@ -1133,10 +1162,7 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
                            r.str(), p, o.resolve_timeout_s);
       attr.remote[p] = {*mac, r};
     }
-    std::memcpy(q.dgid.data(), a.dgid, 16);
-    q.sgid_index = a.sgid_index;
   }
-  if (a.mask & abi::kModAccess) q.access = a.access;
   std::string err;
   Shard& s = *q.shard;
   s.call([&] {
@@ -1164,6 +1190,11 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
   });
   if (!err.empty()) return err;
   q.attr = attr;
+  if (a.mask & abi::kModDgid) {
+    std::memcpy(q.dgid.data(), a.dgid, 16);
+    q.sgid_index = a.sgid_index;
+  }
+  if (a.mask & abi::kModAccess) q.access = a.access;
   if (a.mask & abi::kModEvProfile) {
     if (q.ev_profile)
       if (auto it = st.evs.find(q.ev_profile); it != st.evs.end()) std::erase(it->second.qps, std::make_pair(c.id, q.handle));
@@ -1335,7 +1366,7 @@ std::string HostService::Impl::ctl_handle(Client& c, const abi::Request& rq, std
     case abi::Op::ctl_event_cq: {
       const abi::CtlEventCq& r = rq.ctl_event_cq;
       if (!is_pow2(r.depth) || r.depth > 65536) return fmt::format("event CQ depth {} (power of two up to 65536)", r.depth);
-      if (r.with_channel && event_fd < 0) return "completion channel without its eventfd";
+      if (r.with_channel && !is_socket(event_fd)) return "completion channel without its socket";
       EventSink sink;
       if (auto e = map_memfd(ring_fd, abi::queue_bytes(r.depth, sizeof(abi::CtlEvent)), sink.map); !e.empty()) {
         ctr.inc(HostCtr::bad_memfds);
@@ -1627,6 +1658,11 @@ std::string HostService::Impl::ep_send(Client& c, const abi::CtlEpBatch& b, std:
   };
   std::vector<Sent> sent;
   static uint32_t next_id = 1;
+  ep_waiting.store(true, std::memory_order_release);
+  struct Done {
+    std::atomic<bool>& w;
+    ~Done() { w.store(false, std::memory_order_release); }
+  } done{ep_waiting};
   {
     std::lock_guard<std::mutex> g(ctl_mu);
     std::erase_if(ep_responses, [&](const auto& r) { return r.first == dev.index(); });  // late answers
@@ -1746,8 +1782,7 @@ void HostService::Impl::deliver_ev_events() {
       if (sk.eventfd >= 0 && arm != sk.fired) {
         sk.fired = arm;
         abi::store_release(sk.hdr->fired_sn, arm);
-        const uint64_t one = 1;
-        [[maybe_unused]] ssize_t r = write(sk.eventfd, &one, sizeof one);
+        signal_channel(sk.eventfd);
       }
     }
   }

@@ -2,7 +2,6 @@
 // the device's control socket; posting and polling only touch the rings in
 // shared memory (no system call on the fast path).
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -114,17 +113,19 @@ MRC_EXPORT int mrc_destroy_context(mrc_context* m) {
 
 MRC_EXPORT int mrc_create_comp_channel(mrc_context* m, mrc_comp_channel** channel) {
   if (!m || !channel) return errno = EINVAL, -1;
-  // One count per signalled CQ, consumed one at a time: poll() on the fd
-  // is readable exactly while an event is waiting.
-  const int efd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-  if (efd < 0) return -1;
+  // One datagram per signalled CQ: poll() on our end is readable exactly
+  // while an event is waiting, and the NIC's end never blocks it.
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) != 0) return -1;
   auto* ch = new (std::nothrow) mrc_comp_channel;
   if (!ch) {
-    close(efd);
+    close(sv[0]);
+    close(sv[1]);
     return errno = ENOMEM, -1;
   }
   ch->mctx = m;
-  ch->efd = efd;
+  ch->efd = sv[0];
+  ch->nic_end = sv[1];
   *channel = ch;
   return 0;
 }
@@ -142,6 +143,7 @@ MRC_EXPORT int mrc_destroy_comp_channel(mrc_comp_channel* ch) {
     if (!ch->cqs.empty()) return errno = EBUSY, -1;
   }
   close(ch->efd);
+  close(ch->nic_end);
   delete ch;
   return 0;
 }
@@ -179,7 +181,7 @@ mrc_cq* mrc::lib::open_ring_cq(mrc_context* m, uint32_t depth, bool ev_events, v
     rq.ctl_event_cq = {depth, channel != nullptr};
   else
     rq.create_cq = {depth, channel != nullptr};
-  int fds[2] = {fd, channel ? channel->efd : -1};
+  int fds[2] = {fd, channel ? channel->nic_end : -1};
   abi::Response rs{};
   const int e = c.call(rq, rs, fds, channel ? 2 : 1);
   close(fd);
@@ -278,9 +280,9 @@ MRC_EXPORT int mrc_req_notify_cq(mrc_cq* cq, int solicited_only) {
 MRC_EXPORT int mrc_get_cq_event(mrc_comp_channel* ch, mrc_cq** cq_out, void** cq_context) {
   if (!ch || !cq_out || !cq_context) return errno = EINVAL, -1;
   for (;;) {
-    uint64_t v;
+    char v;
     // Honours O_NONBLOCK on the channel's fd (EAGAIN), as verbs channels do.
-    if (read(ch->efd, &v, sizeof v) < 0) {
+    if (recv(ch->efd, &v, 1, 0) < 0) {
       if (errno == EINTR) continue;
       return -1;
     }

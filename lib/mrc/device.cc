@@ -232,6 +232,9 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
     errno = ENOMEM;
     return nullptr;
   }
+  // One registration at a time: two threads remapping the same page would
+  // leave the NIC on a memfd the program no longer maps.
+  std::lock_guard<std::mutex> one_at_a_time(reg_mu);
   std::unique_lock<std::mutex> g(mu);
   Segment* seg = nullptr;
   for (Segment& s : segments)
@@ -272,6 +275,9 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
       errno = e;
       return nullptr;
     }
+    // As ibv_fork_init would: a child must not share the NIC's view of
+    // these pages (MAP_SHARED would otherwise pass them on).
+    madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTFORK);
     fresh = {start, end, next_segment++, 0};
   }
   abi::Request rq{};
@@ -311,6 +317,7 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
 }
 
 int Context::dereg_mr(Mr* m) {
+  std::lock_guard<std::mutex> one_at_a_time(reg_mu);
   abi::Request rq{};
   rq.op = abi::Op::dereg_mr;
   rq.handle = m->handle;

@@ -90,7 +90,8 @@ class Context {
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);
 
-  std::mutex mu;  // control calls and segment bookkeeping
+  std::mutex reg_mu;  // held across a whole registration or deregistration
+  std::mutex mu;      // control calls and segment bookkeeping
   std::vector<uint8_t> rx;  // response buffer (under mu)
   std::vector<Segment> segments;
   uint32_t next_segment = 1;
@@ -118,7 +119,8 @@ struct mrc_context {
 
 struct mrc_comp_channel {
   mrc_context* mctx;
-  int efd;
+  int efd;      // ours: readable while an event waits
+  int nic_end;  // the socketpair's other end, handed to the NIC with each CQ
   std::mutex mu;
   std::vector<mrc_cq*> cqs;
 };
