@@ -136,6 +136,7 @@ struct HostQp {
   abi::QueueHeader* sq_hdr = nullptr;
   abi::Sqe* sq = nullptr;
   uint32_t sq_depth = 0, sq_cons = 0;
+  std::vector<uint64_t> wr_ids;  // the client's wr_id by SQ position (the engine carries the position)
   abi::QueueHeader* rq_hdr = nullptr;
   abi::Rqe* rq = nullptr;
   uint32_t rq_depth = 0, rq_cons = 0;
@@ -362,12 +363,17 @@ class HostShard final : public ShardApp {
     HostQp* q = lookup(c.qpn);
     if (!q) return;
     abi::Cqe e{};
-    e.wr_id = c.wr_id;
+    const bool recv = c.opcode == engine::WcOpcode::recv_rdma_with_imm;
+    if (recv) {
+      e.wr_id = c.wr_id;
+    } else {
+      e.wqe_index = uint32_t(c.wr_id);
+      e.wr_id = q->wr_ids[e.wqe_index & (q->sq_depth - 1)];
+    }
     e.qp_num = c.qpn;
     e.byte_len = c.byte_len;
     e.imm = c.imm;
     e.status = static_cast<uint8_t>(c.status);
-    const bool recv = c.opcode == engine::WcOpcode::recv_rdma_with_imm;
     e.opcode = recv ? abi::kCqeRecvWriteImm : abi::kCqeWrite;
     e.flags = c.has_imm ? abi::kCqeWithImm : 0;
     write_cqe(s, recv ? *q->rcq : *q->scq, e, recv || c.status != engine::WcStatus::success);
@@ -412,7 +418,7 @@ class HostShard final : public ShardApp {
   }
 
   // Completes a WQE the engine never took (posted to a QP not in RTS).
-  void complete_unposted(Shard& s, HostQp& q, uint64_t wr_id, bool recv) {
+  void complete_unposted(Shard& s, HostQp& q, uint64_t wr_id, bool recv, uint32_t wqe_index = 0) {
     engine::QpInfo info;
     const bool in_error = s.engine().qp_info(q.qpn, info) && info.state == engine::QpState::error;
     abi::Cqe e{};
@@ -420,6 +426,7 @@ class HostShard final : public ShardApp {
     e.qp_num = q.qpn;
     e.status = in_error ? kWcWrFlushErr : kWcLocQpOpErr;
     e.opcode = recv ? abi::kCqeRecvWriteImm : abi::kCqeWrite;
+    e.wqe_index = wqe_index;
     s.count(ShardCtr::host_sq_flushed);
     write_cqe(s, recv ? *q.rcq : *q.scq, e, true);
   }
@@ -438,8 +445,10 @@ class HostShard final : public ShardApp {
       abi::Sqe e;
       // A copy first: the client may rewrite the slot while we look at it.
       std::memcpy(&e, &q.sq[(q.sq_cons + taken) & (q.sq_depth - 1)], sizeof e);
+      const uint32_t pos = q.sq_cons + taken;
+      q.wr_ids[pos & (q.sq_depth - 1)] = e.wr_id;
       engine::SendWr wr;
-      wr.wr_id = e.wr_id;
+      wr.wr_id = pos;
       wr.opcode = e.opcode == abi::kSqeWrite      ? engine::WrOpcode::rdma_write
                   : e.opcode == abi::kSqeWriteImm ? engine::WrOpcode::rdma_write_with_imm
                                                   : engine::WrOpcode::send;  // completes as a bad opcode
@@ -452,7 +461,7 @@ class HostShard final : public ShardApp {
       wr.imm = e.imm;
       const int rc = s.engine().post_send(q.qpn, wr, now);
       if (rc == ENOMEM) break;
-      if (rc != 0) complete_unposted(s, q, e.wr_id, false);
+      if (rc != 0) complete_unposted(s, q, e.wr_id, false, pos);
     }
     if (!taken) return false;
     q.sq_cons += taken;
@@ -1007,6 +1016,7 @@ std::string HostService::Impl::create_qp(Client& c, const abi::CreateQp& r, int 
   q->rq_hdr = reinterpret_cast<abi::QueueHeader*>(base + abi::qp_sq_bytes(r.sq_depth));
   q->rq = abi::entries<abi::Rqe>(q->rq_hdr);
   q->sq_depth = r.sq_depth;
+  q->wr_ids.assign(r.sq_depth, 0);
   q->rq_depth = r.rq_depth;
   q->sig_all = r.sq_sig_all != 0;
   q->pd = r.pd;

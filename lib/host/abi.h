@@ -20,7 +20,7 @@
 
 namespace mrc::host::abi {
 
-inline constexpr uint32_t kAbiVersion = 2;
+inline constexpr uint32_t kAbiVersion = 3;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kPage = 4096;
 inline constexpr uint32_t kMaxPlanes = 16;
@@ -33,6 +33,8 @@ inline constexpr uint32_t kGidTableLen = 2 + 2 * kMaxPlanes;
 // entries forever (wrapping at 2^32) and index the ring modulo its depth.
 struct QueueHeader {
   alignas(kCacheLine) uint32_t prod;
+  // SQs: the NIC's intake; the client frees slots only as completions are
+  // polled (Cqe::wqe_index).
   alignas(kCacheLine) uint32_t cons;
   // CQs: the client bumps arm_sn to ask for one event (req_notify_cq); the
   // NIC copies it into fired_sn when it signals the channel.
@@ -81,7 +83,9 @@ struct Cqe {
   uint8_t flags;
   uint8_t reserved;
   uint32_t vendor_err;
-  uint32_t reserved2;
+  // Send completions: the SQ position of the WR (Sqe number, counting from 0).
+  // Polling it frees that slot and every earlier one, as verbs providers do.
+  uint32_t wqe_index;
 };
 static_assert(sizeof(Cqe) == 32);
 

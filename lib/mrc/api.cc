@@ -216,6 +216,21 @@ MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_
   return open_ring_cq(m, pow2_at_least(uint32_t(cqe)), false, cq_context, channel);
 }
 
+// A polled send completion frees its SQ slot and every earlier one.
+static void retire_sq(mrc_cq& cq, uint32_t qpn, uint32_t wqe_index) {
+  mrc_qp* q = cq.last_qp;
+  if (!q || q->qpn != qpn) {
+    Context& c = *cq.mctx->ctx;
+    std::lock_guard<std::mutex> g(c.qpn_mu);
+    auto it = c.qp_by_qpn.find(qpn);
+    q = cq.last_qp = it == c.qp_by_qpn.end() ? nullptr : it->second;
+  }
+  if (!q) return;
+  const uint32_t done = q->sq_done.load(std::memory_order_relaxed);
+  const uint32_t next = wqe_index + 1;
+  if (next - done <= q->sq_depth) q->sq_done.store(next, std::memory_order_release);
+}
+
 MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
   if (!cq || cq->ev_events || num_entries < 0 || (num_entries && !wc)) return -1;
   SpinGuard g(cq->lock);
@@ -236,6 +251,7 @@ MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
     w.qp_num = e.qp_num;
     w.wc_flags = (e.flags & abi::kCqeWithImm) ? IBV_WC_WITH_IMM : 0;
     w.pkey_index = 0;
+    if (e.opcode == abi::kCqeWrite) retire_sq(*cq, e.qp_num, e.wqe_index);
   }
   if (n) {
     cq->cons += n;
@@ -399,6 +415,7 @@ MRC_EXPORT mrc_qp* mrc_create_qp(mrc_context* m, mrc_qp_init_attr* ia) {
   q->rq_hdr = reinterpret_cast<abi::QueueHeader*>(base + abi::qp_sq_bytes(q->sq_depth));
   q->rq = abi::entries<abi::Rqe>(q->rq_hdr);
   q->sq_prod = q->rq_prod = 0;
+  q->sq_done = 0;
   q->state = IBV_QPS_RESET;
   q->hint = nullptr;
   std::memset(&q->mrc_attr, 0, sizeof q->mrc_attr);
@@ -423,6 +440,10 @@ MRC_EXPORT mrc_qp* mrc_create_qp(mrc_context* m, mrc_qp_init_attr* ia) {
   ia->cap.max_send_sge = ia->cap.max_recv_sge = 1;
   ia->cap.max_inline_data = 0;
   q->init.cap = ia->cap;
+  {
+    std::lock_guard<std::mutex> g(c.qpn_mu);
+    c.qp_by_qpn[q->qpn] = q;
+  }
   std::lock_guard<std::mutex> g(c.mu);
   c.qps[q->handle] = q;
   return q;
@@ -439,6 +460,14 @@ MRC_EXPORT int mrc_destroy_qp(mrc_qp* q) {
   {
     std::lock_guard<std::mutex> g(c.mu);
     c.qps.erase(q->handle);
+  }
+  {
+    std::lock_guard<std::mutex> g(c.qpn_mu);
+    c.qp_by_qpn.erase(q->qpn);
+  }
+  for (mrc_cq* cq : {q->init.send_cq, q->init.recv_cq}) {
+    SpinGuard g(cq->lock);
+    if (cq->last_qp == q) cq->last_qp = nullptr;
   }
   if (q->hint) q->hint->users.fetch_sub(1);
   unmap(q->mem, q->mem_bytes);
@@ -600,7 +629,9 @@ MRC_EXPORT int mrc_post_send(mrc_qp* q, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
     return errno = EINVAL, EINVAL;
   }
   SpinGuard g(q->sq_lock);
-  const uint32_t cons = abi::load_acquire(q->sq_hdr->cons);
+  // A slot is free once its completion (or a later one) has been polled,
+  // so a CQ sized for the SQ cannot overrun.
+  const uint32_t done = q->sq_done.load(std::memory_order_acquire);
   int rc = 0;
   for (; wr; wr = wr->next) {
     if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) {
@@ -612,7 +643,7 @@ MRC_EXPORT int mrc_post_send(mrc_qp* q, ibv_send_wr* wr, ibv_send_wr** bad_wr) {
       rc = EINVAL;
       break;
     }
-    if (q->sq_prod - cons >= q->sq_depth) {
+    if (q->sq_prod - done >= q->sq_depth) {
       rc = ENOMEM;
       break;
     }

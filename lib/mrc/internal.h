@@ -96,6 +96,8 @@ class Context {
   std::vector<Segment> segments;
   uint32_t next_segment = 1;
   std::map<uint32_t, mrc_qp*> qps;  // by handle, for async events
+  std::mutex qpn_mu;                     // held briefly: create, destroy, a CQ's cache miss
+  std::map<uint32_t, mrc_qp*> qp_by_qpn;  // for polled send completions
   std::map<uint32_t, mrc_cq*> cqs;
   alignas(8) unsigned char nscc_out[64];  // what mrc_ctl_query_cc_profile points cc_config at
 };
@@ -142,6 +144,7 @@ struct mrc_cq {
   std::atomic<uint32_t> events_acked;
   std::atomic_flag lock = ATOMIC_FLAG_INIT;
   bool ev_events = false;  // an mrc_ctl EV event CQ
+  mrc_qp* last_qp = nullptr;  // the QP of the last send completion (most CQs serve one)
 };
 
 struct mrc_qp_hint {
@@ -160,6 +163,7 @@ struct mrc_qp {
   mrc::host::abi::QueueHeader* sq_hdr;
   mrc::host::abi::Sqe* sq;
   uint32_t sq_depth, sq_prod;
+  std::atomic<uint32_t> sq_done;  // SQ slots before this are free (completions polled)
   mrc::host::abi::QueueHeader* rq_hdr;
   mrc::host::abi::Rqe* rq;
   uint32_t rq_depth, rq_prod;

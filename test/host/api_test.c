@@ -925,6 +925,51 @@ out:
 		munmap(foreign, len);
 }
 
+/*
+ * Verbs semantics of the SQ: a slot is free only once a completion at or
+ * after it has been polled, so posting without polling stops at the SQ's
+ * depth (ENOMEM) and a CQ as deep as the SQ never overruns.
+ */
+static void test_sq_accounting(void)
+{
+	struct pair p;
+	struct ibv_wc wc[SQ_DEPTH];
+	int posted = 0, rc = 0, got = 0;
+	double t0;
+
+	if (make_pair(&p, "SQ accounting", NULL, NULL, 0)) {
+		destroy_pair(&p);
+		return;
+	}
+	while (posted < 4 * SQ_DEPTH) {
+		rc = post_write(p.qa, 0x5000 + posted, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0);
+		if (rc)
+			break;
+		posted++;
+	}
+	report(rc == ENOMEM && posted == SQ_DEPTH, "SQ accounting: posting without polling stops at the SQ depth with ENOMEM",
+	       "%d posted, then rc %d", posted, rc);
+	/* Let every completion land, then poll them all: the CQ held them. */
+	t0 = now_ms();
+	while (got < posted && now_ms() - t0 < TIMEOUT_MS) {
+		int n = mrc_poll_cq(p.cqa, SQ_DEPTH, wc);
+		if (n < 0)
+			break;
+		for (int i = 0; i < n; ++i)
+			if (wc[i].status != IBV_WC_SUCCESS || wc[i].wr_id != (uint64_t)(0x5000 + got + i))
+				n = -1;
+		if (n < 0)
+			break;
+		got += n;
+	}
+	report(got == posted, "SQ accounting: every completion polled, in order, none lost", "%d of %d", got, posted);
+	rc = post_write(p.qa, 0x6000, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0);
+	report(rc == 0, "SQ accounting: polling freed the slots (posting works again)", "rc %d", rc);
+	if (rc == 0)
+		wait_cq(p.cqa, wc, 1, TIMEOUT_MS, "SQ accounting");
+	destroy_pair(&p);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1246,6 +1291,7 @@ int main(int argc, char **argv)
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
 
 	test_allocators_and_isolation();
+	test_sq_accounting();
 
 	unsupported("num_sge = 2", IBV_WR_RDMA_WRITE, 2);
 	unsupported("opcode IBV_WR_SEND", IBV_WR_SEND, 1);
