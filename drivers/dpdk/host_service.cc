@@ -1142,6 +1142,8 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
   } else if ((a.mask & abi::kModCcProfile) && !a.cc_profile) {
     attr.cc = o.qp_defaults.cc;
   }
+  // qp_access_flags take effect at INIT (verbs' default is none).
+  if ((a.mask & abi::kModState) && a.state == kIbvInit) attr.access = (a.mask & abi::kModAccess) ? a.access : q.access;
   if (a.mask & abi::kModDgid) {
     wire::IpAddr dst;
     std::memcpy(dst.bytes.data(), a.dgid, 16);

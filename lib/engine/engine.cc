@@ -190,6 +190,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
       if (e.plane >= I.cfg.num_planes) return ModifyError::bad_attr;
     qp.attr.ev = a.ev;
     qp.attr.cc = a.cc;
+    qp.attr.access = a.access;
     qp.state = QpState::init;
     return ModifyError::ok;
   }

@@ -102,6 +102,9 @@ struct QpAttr {
   uint32_t max_wimm_dest = 128;
   EvProfile ev;
   CcProfile cc;
+  // qp_access_flags (IBV_ACCESS_* bits), set at INIT: without remote write
+  // the responder refuses every WRITE, whatever the MR allows.
+  uint32_t access = kAccessLocalWrite | kAccessRemoteWrite;
 };
 
 enum class ModifyError : int { ok = 0, bad_transition, bad_attr, no_qp };

@@ -49,7 +49,7 @@ const Mr* Engine::Impl::check_remote_write(Qp& qp, uint32_t rkey, uint64_t va, u
   QpCtr refused;
   if (!mr)
     refused = QpCtr::rx_drop_bad_rkey;
-  else if (!(mr->access & kAccessRemoteWrite))
+  else if (!(mr->access & kAccessRemoteWrite) || !(qp.attr.access & kAccessRemoteWrite))
     refused = QpCtr::rx_drop_no_access;
   else if (!mr->contains(va, len))
     refused = QpCtr::rx_drop_out_of_bounds;

@@ -273,6 +273,9 @@ struct pair {
 static struct side A, B;
 static enum ibv_mtu path_mtu;
 
+/* qp_access_flags every new QP gets at INIT (one test takes remote write away). */
+static unsigned init_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+
 static int to_init(struct mrc_qp *qp)
 {
 	struct ibv_qp_attr a;
@@ -283,7 +286,7 @@ static int to_init(struct mrc_qp *qp)
 	a.qp_state = IBV_QPS_INIT;
 	a.pkey_index = 0;
 	a.port_num = PORT_NUM;
-	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+	a.qp_access_flags = init_access;
 	return mrc_modify_qp(qp, &a,
 			     IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
 			     IBV_QP_ACCESS_FLAGS, &m, 0);
@@ -1292,6 +1295,12 @@ int main(int argc, char **argv)
 
 	test_allocators_and_isolation();
 	test_sq_accounting();
+	/* The responder's QP refuses remote writes when its access flags lack them. */
+	init_access = IBV_ACCESS_LOCAL_WRITE;
+	memset(B.buf + 8192, 0x5c, 64);
+	negative("QP without IBV_ACCESS_REMOTE_WRITE", A_ADDR(0), 64, A.mr->lkey, B_ADDR(8192), B.mr->rkey,
+		 IBV_WC_REM_ACCESS_ERR, 0, B.buf + 8192, 64);
+	init_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 
 	unsupported("num_sge = 2", IBV_WR_RDMA_WRITE, 2);
 	unsupported("opcode IBV_WR_SEND", IBV_WR_SEND, 1);
