@@ -936,8 +936,16 @@ std::string HostService::Impl::dereg_mr(Client& c, uint32_t handle) {
   return {};
 }
 
+// Released segments are unmapped once no WR of the client can still read
+// them: the engine holds raw pointers into a region for its WRs in flight.
 void HostService::Impl::release_retired(Client& c) {
-  if (!c.qps.empty()) return;
+  if (c.retired.empty()) return;
+  for (auto& [h, q] : c.qps) {
+    engine::QpInfo info;
+    bool busy = false;
+    q->shard->call([&] { busy = q->shard->engine().qp_info(q->qpn, info) && info.sq_outstanding > 0; });
+    if (busy) return;
+  }
   for (auto& m : c.retired) m.unmap();
   c.retired.clear();
 }
