@@ -246,6 +246,7 @@ struct HostService::Impl {
   std::vector<uint32_t> next_shard;                           // per device, round robin
   std::vector<uint32_t> planes_up;                            // per device, last seen
   std::map<int, Device*> pending;  // accepted, first message not read yet
+  std::map<int, std::chrono::steady_clock::time_point> pending_since;  // silent ones are dropped
   std::map<uint64_t, std::unique_ptr<Client>> clients;
   uint64_t next_client = 1;
   uint32_t next_pd = 16;
@@ -630,8 +631,20 @@ void HostService::Impl::loop() {
     }
     for (auto& [fd, dev] : ready) {
       pending.erase(fd);
+      pending_since.erase(fd);
       first_message(fd, dev);
     }
+    // A connection that says nothing for 5 s only holds a descriptor.
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = pending_since.begin(); it != pending_since.end();)
+      if (now - it->second > std::chrono::seconds(5)) {
+        close(it->first);
+        pending.erase(it->first);
+        it = pending_since.erase(it);
+        ctr.inc(HostCtr::bad_requests);
+      } else {
+        ++it;
+      }
     for (uint64_t id : gone) {
       reclaim(*clients[id]);
       clients.erase(id);
@@ -644,6 +657,7 @@ void HostService::Impl::accept_on(size_t d) {
   const int fd = accept4(listen_fds[d], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
   pending[fd] = nic.devices()[d].get();
+  pending_since[fd] = std::chrono::steady_clock::now();
 }
 
 void HostService::Impl::first_message(int fd, Device* dev) {
@@ -779,7 +793,12 @@ void HostService::Impl::handle(Client& c, const abi::Request& rq, std::span<cons
         rs.err = ENOMEM;
         break;
       }
-      rs.handle = next_pd++;
+      // PD ids are device-wide: never hand out one another client holds.
+      for (bool taken = true; taken;) {
+        rs.handle = next_pd++;
+        taken = rs.handle == 0;
+        for (auto& [id, other] : clients) taken |= other->pds.count(rs.handle) > 0;
+      }
       c.pds.insert(rs.handle);
       break;
     case abi::Op::dealloc_pd: {
@@ -1906,6 +1925,7 @@ void HostService::stop() {
   I.clients.clear();
   for (auto& [fd, d] : I.pending) close(fd);
   I.pending.clear();
+  I.pending_since.clear();
 }
 
 const HostCounters& HostService::counters() const { return impl_->ctr; }
