@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <string>
@@ -410,15 +411,22 @@ MRC_EXPORT int mrc_ctl_poll_ev_event(mrc_cq* cq, int num_entries, mrc_ctl_ev_eve
   if (n > cq->depth) return -EIO;
   if (n > uint32_t(num_entries)) n = uint32_t(num_entries);
   const auto* ring = abi::entries<abi::CtlEvent>(cq->mem);
+  // Control API 1.0.0 programs have no `state` (48-byte events). Nothing
+  // passes the control API version, so the context's mrc.h version stands in.
+  const bool v100 = cq->mctx->api_version < MRC_API_VER(1, 0, 1);
+  const size_t stride = v100 ? offsetof(mrc_ctl_ev_event, state) : sizeof(mrc_ctl_ev_event);
+  static_assert(offsetof(mrc_ctl_ev_event, state) == 48 && sizeof(mrc_ctl_ev_event) == 56);
+  auto* base = reinterpret_cast<unsigned char*>(out);
   for (uint32_t i = 0; i < n; ++i) {
     const abi::CtlEvent& e = ring[(cq->cons + i) & (cq->depth - 1)];
-    mrc_ctl_ev_event& o = out[i];
+    mrc_ctl_ev_event o;
     std::memset(&o, 0, sizeof o);
     o.profile_id = e.profile_id;
     std::memcpy(o.ev.val, e.val, sizeof o.ev.val);
     o.ev.port = e.port;
     o.drop_count = e.drop_count;
     o.state = mrc_ctl_ev_state(e.state);
+    std::memcpy(base + i * stride, &o, stride);
   }
   if (n) {
     cq->cons += n;
