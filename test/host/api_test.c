@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tap.h"
+
 #define PORT_NUM	1
 #define GID_INDEX	3
 #define TIMEOUT_MS	5000
@@ -43,27 +45,6 @@
 #define RQ_DEPTH	64
 
 /* ------------------------------------------------------------ reporting */
-
-static int n_pass, n_fail;
-
-static void __attribute__((format(printf, 3, 4)))
-report(int pass, const char *what, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (pass) {
-		printf("ok - %s\n", what);
-		n_pass++;
-	} else {
-		printf("not ok - %s: ", what);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-		n_fail++;
-	}
-	fflush(stdout);
-}
 
 /*
  * Reports an API call by its return value. Verbs-style calls return an errno
@@ -123,13 +104,6 @@ static int step_ptr(const void *p, const char *tag, const char *what)
 
 /* ------------------------------------------------------------ helpers */
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 /*
  * Collects up to n completions within timeout_ms. Returns how many were

@@ -58,6 +58,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tap.h"
+
 /* Profile ids used by this test (separate name spaces per kind). */
 #define FMT_ID		3
 #define GEN_ID		4
@@ -77,27 +79,6 @@
 #define PROBE_TIMEOUT_NS 500000000u
 
 /* ------------------------------------------------------------ reporting */
-
-static int n_pass, n_fail;
-
-static void __attribute__((format(printf, 3, 4)))
-report(int pass, const char *what, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (pass) {
-		printf("ok - %s\n", what);
-		n_pass++;
-	} else {
-		printf("not ok - %s: ", what);
-		va_start(ap, fmt);
-		vprintf(fmt, ap);
-		va_end(ap);
-		printf("\n");
-		n_fail++;
-	}
-	fflush(stdout);
-}
 
 static void __attribute__((format(printf, 1, 2))) note(const char *fmt, ...)
 {
@@ -147,13 +128,6 @@ static void expect_errno(int rc, int want, const char *what)
 		       strerror(want));
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void sleep_ms(int ms)
 {
