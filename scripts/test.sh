@@ -39,7 +39,7 @@ ninja -C build; record build $?
 
 step "build (ASan + UBSan)"
 [ -f build-asan/build.ninja ] || meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false \
-  -Dbuildtype=debugoptimized >/dev/null
+  -Dbuildtype=debugoptimized -Db_lto=false >/dev/null
 # Only the DPDK-free targets: EAL under ASan is not what this tree tests.
 ninja -C build-asan test/unit-tests test/engine-tests test/parser-property; record build-asan $?
 

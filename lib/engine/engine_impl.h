@@ -9,6 +9,7 @@
 
 #include "engine/cc.h"
 #include "engine/engine.h"
+#include "wire/icrc.h"
 #include "wire/packet.h"
 
 namespace mrc::engine {
@@ -132,6 +133,7 @@ struct Qp {
   uint32_t pick_rotor = 0;
   std::array<uint32_t, kMaxPlanes> plane_inflight{};
   uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down
+  uint32_t spray_planes = 0;      // bit p: active[p] is not empty
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;
@@ -273,6 +275,8 @@ struct Engine::Impl {
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);
   void send_probes(Qp& qp, Nanos now);
   bool plane_usable(const Qp& qp, uint32_t plane) const;
+  uint32_t usable_planes(const Qp& qp) const;
+  void refresh_spray_planes(Qp& qp);  // after any change to the spray sets
 };
 
 template <class Fill>
@@ -285,7 +289,8 @@ bool Engine::Impl::send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev
     return false;
   }
   wire::MutablePacket m;
-  if (opcode == uint8_t(wire::Opcode::mrc_sack) && plane < qp.sack_tmpl.size()) {
+  const bool stamped = opcode == uint8_t(wire::Opcode::mrc_sack) && plane < qp.sack_tmpl.size();
+  if (stamped) {
     m = qp.sack_tmpl[plane].stamp(out, 0);  // the hottest control frame
     wire::ev_apply(qp.attr.ev.format, ev, m);
   } else {
@@ -302,7 +307,12 @@ bool Engine::Impl::send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev
   m.bth().set_dest_qp(qp.attr.dest_qpn);
   m.bth().set_psn(psn);
   fill(m);
-  wire::finish_frame(m, !cfg.icrc_offload);
+  // A stamped frame's IPv4 checksum is already right (fill() sets no IP
+  // field); only the ICRC is left.
+  if (!stamped)
+    wire::finish_frame(m, !cfg.icrc_offload);
+  else if (!cfg.icrc_offload)
+    wire::icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});
   env.tx_send(plane, m.at.size);
   return true;
 }

@@ -50,10 +50,23 @@ void Engine::Impl::build_evs(Qp& qp) {
     qp.active_good += ev.active;
     qp.evs.push_back(ev);
   }
+  refresh_spray_planes(qp);
 }
 
 bool Engine::Impl::plane_usable(const Qp& qp, uint32_t plane) const {
-  return plane_up[plane] && !((qp.peer_planes_down >> plane) & 1) && !qp.active[plane].empty();
+  return (usable_planes(qp) >> plane) & 1;
+}
+
+// Planes that are up here, not reported down by the peer, and have EVs to
+// spray on; one mask so the per-packet choice tests a bit per plane.
+uint32_t Engine::Impl::usable_planes(const Qp& qp) const {
+  return qp.spray_planes & ~planes_down_mask & ~qp.peer_planes_down;
+}
+
+void Engine::Impl::refresh_spray_planes(Qp& qp) {
+  qp.spray_planes = 0;
+  for (uint32_t p = 0; p < cfg.num_planes; ++p)
+    if (!qp.active[p].empty()) qp.spray_planes |= 1u << p;
 }
 
 // A plane with TX room and the fewest packets in flight, then a
@@ -67,11 +80,12 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
   // The least-loaded usable plane; only the winner is asked for TX room,
   // and the others only if it has none (rare: the host drains its queues).
   const uint32_t planes = cfg.num_planes;
-  const uint32_t start = ++qp.pick_rotor % planes;  // rotates ties between planes
+  const uint32_t usable = usable_planes(qp);
+  if (++qp.pick_rotor >= planes) qp.pick_rotor = 0;  // rotates ties between planes
   int best = -1;
   uint32_t best_load = ~0u;
-  for (uint32_t k = 0, p = start; k < planes; ++k, p = p + 1 == planes ? 0 : p + 1) {
-    if (plane_usable(qp, p) && qp.plane_inflight[p] < best_load) {
+  for (uint32_t k = 0, p = qp.pick_rotor; k < planes; ++k, p = p + 1 == planes ? 0 : p + 1) {
+    if (((usable >> p) & 1) && qp.plane_inflight[p] < best_load) {
       best = static_cast<int>(p);
       best_load = qp.plane_inflight[p];
     }
@@ -80,7 +94,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
     best = -1;
     best_load = ~0u;
     for (uint32_t p = 0; p < planes; ++p) {
-      if (plane_usable(qp, p) && qp.plane_inflight[p] < best_load && env.tx_room(p) > 0) {
+      if (((usable >> p) & 1) && qp.plane_inflight[p] < best_load && env.tx_room(p) > 0) {
         best = static_cast<int>(p);
         best_load = qp.plane_inflight[p];
       }
@@ -92,7 +106,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
   const uint32_t n = static_cast<uint32_t>(set.size());
   uint32_t i = rng.below(n);
   int fallback = -1;
-  for (uint32_t k = 0; k < n; ++k, i = (i + 1) % n) {
+  for (uint32_t k = 0; k < n; ++k, i = i + 1 == n ? 0 : i + 1) {
     Ev& ev = qp.evs[set[i]];
     if (ev.state == EvState::skip) {
       if (picks < ev.skip_until) {
@@ -177,6 +191,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
       spare.push_back(idx);
     }
   }
+  refresh_spray_planes(qp);
   // SKIP is invisible to the controller: for events it counts as GOOD.
   const bool was_good = from == EvState::good || from == EvState::skip;
   if ((was_good && to == EvState::assumed_bad) || (from == EvState::assumed_bad && to == EvState::good)) {

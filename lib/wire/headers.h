@@ -6,7 +6,9 @@
 // the length check, or by a builder over a buffer it sized.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "wire/bytes.h"
@@ -102,12 +104,27 @@ inline constexpr unsigned kIpv6DstOffset = 24;
 inline constexpr uint8_t kEcnCe = 0x3;
 inline constexpr uint8_t kEcnEct0 = 0x2;
 
-// IPv4 header checksum (RFC 1071) over a header with its checksum field zero.
+// IPv4 header checksum (RFC 1071) over a header with its checksum field zero;
+// over a whole header it is 0 when the header is intact. Every received
+// frame is checked, so it sums native 32-bit words and swaps once at the
+// end: a one's-complement sum does not depend on byte order (RFC 1071 2(B)).
 inline uint16_t ipv4_checksum(const uint8_t* h, unsigned len = kIpv4Len) {
-  uint32_t sum = 0;
-  for (unsigned i = 0; i + 1 < len; i += 2) sum += load_be16(h + i);
+  uint64_t sum = 0;
+  unsigned i = 0;
+  for (; i + 4 <= len; i += 4) {
+    uint32_t w;
+    std::memcpy(&w, h + i, 4);
+    sum += w;
+  }
+  for (; i + 2 <= len; i += 2) {
+    uint16_t w;
+    std::memcpy(&w, h + i, 2);
+    sum += w;
+  }
   while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
+  uint16_t folded = static_cast<uint16_t>(sum);
+  if constexpr (std::endian::native == std::endian::little) folded = __builtin_bswap16(folded);
+  return static_cast<uint16_t>(~folded);
 }
 
 }  // namespace mrc::wire

@@ -375,7 +375,13 @@ MutablePacket FrameTemplate::stamp(std::span<uint8_t> buf, uint32_t payload_len)
   m.at.size = static_cast<uint32_t>(size);
   m.base = buf.data();
   uint8_t* p = buf.data();
-  std::memcpy(p, hdr_.data(), at_.payload);
+  // In 16-byte pieces, the last one overlapping, rather than one memcpy
+  // call: the caller then edits bit fields of these bytes in place, and a
+  // load can be forwarded from a 16-byte store but not from the library
+  // memcpy's 32- and 64-byte ones, which stalled every packet.
+  const unsigned n = at_.payload;  // >= Ethernet + IP + UDP + BTH > 16
+  for (unsigned off = 0; off + 16 < n; off += 16) std::memcpy(p + off, hdr_.data() + off, 16);
+  std::memcpy(p + n - 16, hdr_.data() + n - 16, 16);
   const uint32_t l3_len = m.at.size - at_.l3;
   if (at_.ip_version == 4) {
     Ipv4Ref ip(p + at_.l3);
@@ -389,7 +395,10 @@ MutablePacket FrameTemplate::stamp(std::span<uint8_t> buf, uint32_t payload_len)
   }
   UdpRef(p + at_.udp).set_length(m.at.size - at_.udp);
   BthRef(p + at_.bth).set_pad_count(m.at.pad);
-  std::memset(p + at_.payload + payload_len, 0, m.at.pad);
+  // Pad and ICRC together are at least 4 bytes: one store zeroes the pad
+  // (the ICRC is written last), where memset was a library call.
+  constexpr uint32_t zero = 0;
+  std::memcpy(p + at_.payload + payload_len, &zero, sizeof zero);
   return m;
 }
 

@@ -189,3 +189,24 @@ TEST_CASE("IPv4 checksum matches a known header") {
                             0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7};
   CHECK(ipv4_checksum(h.data()) == 0xb861);
 }
+
+TEST_CASE("IPv4 checksum equals the 16-bit big-endian definition on random and carry-heavy headers") {
+  auto by_definition = [](const uint8_t* p, unsigned len) {
+    uint32_t sum = 0;
+    for (unsigned i = 0; i + 1 < len; i += 2) sum += uint32_t(p[i]) << 8 | p[i + 1];
+    while (sum >> 16) sum = (sum & 0xFFFF) + (sum >> 16);
+    return static_cast<uint16_t>(~sum);
+  };
+  uint64_t x = 0x243F6A8885A308D3ull;
+  std::array<uint8_t, 60> h{};
+  for (int round = 0; round < 20000; ++round) {
+    for (auto& b : h) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      b = round % 7 == 0 ? 0xFF : static_cast<uint8_t>(x);  // all-ones: every add carries
+    }
+    const unsigned len = 20 + 4 * (round % 11);
+    INFO("round " << round << " len " << len);
+    REQUIRE(ipv4_checksum(h.data(), len) == by_definition(h.data(), len));
+    REQUIRE(ipv4_checksum(h.data(), len - 2) == by_definition(h.data(), len - 2));
+  }
+}
