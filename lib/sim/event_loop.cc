@@ -17,7 +17,7 @@ struct Later {
 
 }  // namespace
 
-EventId EventLoop::at(Nanos t, std::function<void()> fn) {
+EventId EventLoop::at(Nanos t, Callback fn) {
   if (t < now_) t = now_;
   uint32_t slot;
   if (!free_slots_.empty()) {
@@ -64,7 +64,7 @@ void EventLoop::run_top() {
   heap_.pop_back();
   // Move the callback out first: it may schedule events, which can reuse or
   // reallocate the slots.
-  std::function<void()> fn = std::move(slots_[e.slot].fn);
+  Callback fn = std::move(slots_[e.slot].fn);
   slots_[e.slot].fn = nullptr;
   slots_[e.slot].seq = 0;
   free_slots_.push_back(e.slot);

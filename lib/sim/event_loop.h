@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+#include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "engine/types.h"
@@ -14,6 +16,81 @@ namespace mrc::sim {
 
 using Nanos = engine::Nanos;
 using engine::kNever;
+
+// A move-only void() callable that keeps small captures inline: a frame
+// delivery (a link, an epoch and the frame: 40 bytes) is scheduled for every
+// hop of every packet, and std::function allocated for each one. Bigger
+// callables go to the heap.
+class Callback {
+ public:
+  Callback() = default;
+  Callback(std::nullptr_t) {}
+  template <class F, class D = std::decay_t<F>>
+    requires(!std::is_same_v<D, Callback> && !std::is_same_v<D, std::nullptr_t> && std::is_invocable_v<D&>)
+  Callback(F&& f) {  // NOLINT: implicit, like std::function
+    if constexpr (sizeof(D) <= kInline && alignof(D) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<D>) {
+      ::new (static_cast<void*>(buf_)) D(std::forward<F>(f));
+      ops_ = &kInlineOps<D>;
+    } else {
+      *reinterpret_cast<D**>(buf_) = new D(std::forward<F>(f));
+      ops_ = &kHeapOps<D>;
+    }
+  }
+  Callback(Callback&& o) noexcept { take(o); }
+  Callback& operator=(Callback&& o) noexcept {
+    if (this != &o) {
+      reset();
+      take(o);
+    }
+    return *this;
+  }
+  Callback& operator=(std::nullptr_t) {
+    reset();
+    return *this;
+  }
+  Callback(const Callback&) = delete;
+  Callback& operator=(const Callback&) = delete;
+  ~Callback() { reset(); }
+
+  explicit operator bool() const { return ops_ != nullptr; }
+  void operator()() { ops_->call(buf_); }
+
+ private:
+  static constexpr size_t kInline = 48;
+  struct Ops {
+    void (*call)(void*);
+    void (*move)(void* from, void* to);  // move-constructs `to`, destroys `from`
+    void (*destroy)(void*);
+  };
+  template <class D>
+  static constexpr Ops kInlineOps = {
+      [](void* p) { (*static_cast<D*>(p))(); },
+      [](void* from, void* to) {
+        ::new (to) D(std::move(*static_cast<D*>(from)));
+        static_cast<D*>(from)->~D();
+      },
+      [](void* p) { static_cast<D*>(p)->~D(); }};
+  template <class D>
+  static constexpr Ops kHeapOps = {
+      [](void* p) { (**static_cast<D**>(p))(); },
+      [](void* from, void* to) { *static_cast<D**>(to) = *static_cast<D**>(from); },
+      [](void* p) { delete *static_cast<D**>(p); }};
+
+  void take(Callback& o) {
+    if (!o.ops_) return;
+    o.ops_->move(o.buf_, buf_);
+    ops_ = o.ops_;
+    o.ops_ = nullptr;
+  }
+  void reset() {
+    if (ops_) ops_->destroy(buf_);
+    ops_ = nullptr;
+  }
+
+  alignas(std::max_align_t) unsigned char buf_[kInline];
+  const Ops* ops_ = nullptr;
+};
 
 // Names one scheduled event for cancel(). seq 0 names nothing.
 struct EventId {
@@ -39,8 +116,8 @@ class EventLoop {
 
   // Schedules fn at t. A time in the past means now: the event runs after
   // those already queued for now, never before the clock.
-  EventId at(Nanos t, std::function<void()> fn);
-  EventId after(Nanos delay, std::function<void()> fn) { return at(now_ + delay, std::move(fn)); }
+  EventId at(Nanos t, Callback fn);
+  EventId after(Nanos delay, Callback fn) { return at(now_ + delay, std::move(fn)); }
   // Returns false when the event already ran or was cancelled.
   bool cancel(EventId id);
 
@@ -70,7 +147,7 @@ class EventLoop {
   // cancel is O(1): it frees the slot and leaves a stale entry (its seq no
   // longer matches the slot's) to be skipped when it reaches the top.
   struct Slot {
-    std::function<void()> fn;
+    Callback fn;
     uint64_t seq = 0;
   };
 

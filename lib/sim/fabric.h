@@ -88,7 +88,7 @@ class Fabric {
 
   EventLoop& loop() { return loop_; }
   Nanos now() const { return loop_.now(); }
-  EventId at(Nanos t, std::function<void()> fn) { return loop_.at(t, std::move(fn)); }
+  EventId at(Nanos t, Callback fn) { return loop_.at(t, std::move(fn)); }
 
   void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
   void set_tx_tap(TxTap tap) { hosts_.set_tx_tap(std::move(tap)); }

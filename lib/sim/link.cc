@@ -31,11 +31,11 @@ uint64_t derive_seed(uint64_t seed, uint64_t tag) {
 }
 
 Link::Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink)
-    : loop_(loop), params_(params), rng_(seed), sink_(std::move(sink)) {}
+    : loop_(loop), params_(params), rng_state_(seed), sink_(std::move(sink)) {}
 
-// Built from raw engine output rather than std::uniform_real_distribution,
+// Built from raw generator output rather than std::uniform_real_distribution,
 // whose algorithm differs between standard libraries.
-double Link::uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+double Link::uniform() { return static_cast<double>(next_random() >> 11) * 0x1.0p-53; }
 
 void Link::set_up(bool up) {
   if (params_.up && !up) {
@@ -118,7 +118,7 @@ void Link::send(std::vector<uint8_t> frame) {
   }
   if (params_.corrupt > 0 && uniform() < params_.corrupt && flip_bit(frame)) ++ctr_.corrupted;
   if (params_.reorder_prob > 0 && params_.reorder_max_ns > 0 && uniform() < params_.reorder_prob) {
-    arrive += 1 + rng_() % params_.reorder_max_ns;
+    arrive += 1 + next_random() % params_.reorder_max_ns;
     ++ctr_.reordered;
   }
   if (params_.duplicate > 0 && uniform() < params_.duplicate) {
@@ -202,7 +202,7 @@ bool Link::flip_bit(std::vector<uint8_t>& frame) {
     hi = frame.size();
   }
   if (lo >= hi) return false;
-  const uint64_t bit = rng_() % ((hi - lo) * 8);
+  const uint64_t bit = next_random() % ((hi - lo) * 8);
   frame[lo + bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
   return true;
 }

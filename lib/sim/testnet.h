@@ -58,7 +58,7 @@ class TestNet {
 
   EventLoop& loop() { return loop_; }
   Nanos now() const { return loop_.now(); }
-  EventId at(Nanos t, std::function<void()> fn) { return loop_.at(t, std::move(fn)); }
+  EventId at(Nanos t, Callback fn) { return loop_.at(t, std::move(fn)); }
   bool run_until(Nanos t) { return loop_.run_until(t); }
   bool run_until_idle(Nanos limit = kNever) { return loop_.run_until_idle(limit); }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <array>
+#include <memory>
 #include <vector>
 
 #include "sim/event_loop.h"
@@ -120,6 +122,34 @@ TEST_CASE("EventLoop run_until stops at the bound and advances the clock") {
   CHECK(ran == 2);
   CHECK(loop.now() == 1000);
   CHECK(loop.pending() == 0);
+}
+
+TEST_CASE("EventLoop callbacks own their captures, inline or on the heap, through moves and cancels") {
+  EventLoop loop;
+  auto alive = std::make_shared<int>(0);
+  std::vector<uint64_t> seen;
+  std::array<uint64_t, 16> big{};  // 128 bytes: too big to keep inline
+  big[15] = 7;
+  {
+    std::vector<uint8_t> frame(4096, 0xAB);
+    loop.at(5, [&seen, alive, f = std::move(frame)] { seen.push_back(f.size() + *alive); });
+    loop.at(6, [&seen, alive, big] { seen.push_back(big[15]); });
+    auto dropped = loop.at(7, [&seen, alive, big] { seen.push_back(99); });
+    loop.at(8, [&seen, alive] { seen.push_back(1); });
+    CHECK(alive.use_count() == 5);
+    CHECK(loop.cancel(dropped));
+    CHECK(alive.use_count() == 4);  // a cancelled callback is destroyed at once
+  }
+  CHECK(loop.run_until_idle());
+  CHECK(seen == std::vector<uint64_t>{4096, 7, 1});
+  CHECK(alive.use_count() == 1);  // and every callback that ran is gone
+  sim::Callback a = [&seen] { seen.push_back(2); };
+  sim::Callback b = std::move(a);
+  CHECK_FALSE(a);
+  b();
+  CHECK(seen.back() == 2);
+  b = nullptr;
+  CHECK_FALSE(b);
 }
 
 TEST_CASE("EventLoop cancel and stop") {
