@@ -1,6 +1,7 @@
 #include "sim/event_loop.h"
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
 namespace mrc::sim {
@@ -17,21 +18,104 @@ struct Later {
 
 }  // namespace
 
+uint32_t EventLoop::alloc_slot() {
+  if (!free_slots_.empty()) {
+    const uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  slots_.emplace_back();
+  return static_cast<uint32_t>(slots_.size() - 1);
+}
+
+void EventLoop::free_slot(uint32_t slot) {
+  slots_[slot].fn = nullptr;
+  slots_[slot].seq = 0;
+  slots_[slot].in_calendar = false;
+  free_slots_.push_back(slot);
+  --live_;
+}
+
+void EventLoop::link(uint32_t slot) {
+  Slot& s = slots_[slot];
+  const size_t b = static_cast<size_t>(s.t & (kWheel - 1));
+  Bucket& bk = buckets_[b];
+  s.in_calendar = true;
+  s.next = kNone;
+  s.prev = bk.tail;
+  if (bk.tail == kNone) {
+    bk.head = slot;
+    occupied_[b / 64] |= 1ull << (b % 64);
+  } else {
+    slots_[bk.tail].next = slot;
+  }
+  bk.tail = slot;
+  ++in_calendar_;
+}
+
+void EventLoop::unlink(uint32_t slot) {
+  Slot& s = slots_[slot];
+  const size_t b = static_cast<size_t>(s.t & (kWheel - 1));
+  Bucket& bk = buckets_[b];
+  (s.prev == kNone ? bk.head : slots_[s.prev].next) = s.next;
+  (s.next == kNone ? bk.tail : slots_[s.next].prev) = s.prev;
+  if (bk.head == kNone) occupied_[b / 64] &= ~(1ull << (b % 64));
+  s.in_calendar = false;
+  --in_calendar_;
+}
+
+Nanos EventLoop::first_in_calendar() const {
+  if (!in_calendar_) return kNever;
+  // Buckets from now_'s onwards, wrapping once: bucket i holds time
+  // now_ + ((i - now_) mod kWheel).
+  const size_t start = static_cast<size_t>(now_ & (kWheel - 1));
+  const size_t words = occupied_.size();
+  size_t w = start / 64;
+  uint64_t bits = occupied_[w] & (~0ull << (start % 64));
+  for (size_t k = 0; k <= words; ++k) {
+    if (bits) {
+      const size_t b = w * 64 + static_cast<size_t>(std::countr_zero(bits));
+      return now_ + static_cast<Nanos>((b - start) & (kWheel - 1));
+    }
+    w = (w + 1) % words;
+    bits = occupied_[w];
+    if (k + 1 == words) bits &= (1ull << (start % 64)) - 1;  // back at start's word: only its lower part
+  }
+  return kNever;
+}
+
+void EventLoop::drop_stale_far() {
+  while (!far_.empty() && slots_[far_.front().slot].seq != far_.front().seq) {
+    std::pop_heap(far_.begin(), far_.end(), Later{});
+    far_.pop_back();
+  }
+}
+
+void EventLoop::pull_far() {
+  while (!far_.empty() && far_.front().t < now_ + kWheel) {
+    std::pop_heap(far_.begin(), far_.end(), Later{});
+    const Entry e = far_.back();
+    far_.pop_back();
+    if (slots_[e.slot].seq == e.seq) link(e.slot);
+  }
+  drop_stale_far();
+}
+
 EventId EventLoop::at(Nanos t, Callback fn) {
   if (t < now_) t = now_;
-  uint32_t slot;
-  if (!free_slots_.empty()) {
-    slot = free_slots_.back();
-    free_slots_.pop_back();
-  } else {
-    slot = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-  }
+  const uint32_t slot = alloc_slot();
   const uint64_t seq = next_seq_++;
-  slots_[slot].fn = std::move(fn);
-  slots_[slot].seq = seq;
-  heap_.push_back({t, seq, slot});
-  std::push_heap(heap_.begin(), heap_.end(), Later{});
+  Slot& s = slots_[slot];
+  s.fn = std::move(fn);
+  s.seq = seq;
+  s.t = t;
+  if (t - now_ < kWheel) {
+    link(slot);
+  } else {
+    s.in_calendar = false;
+    far_.push_back({t, seq, slot});
+    std::push_heap(far_.begin(), far_.end(), Later{});
+  }
   ++live_;
   ++stats_.scheduled;
   stats_.max_pending = std::max(stats_.max_pending, live_);
@@ -40,68 +124,69 @@ EventId EventLoop::at(Nanos t, Callback fn) {
 
 bool EventLoop::cancel(EventId id) {
   if (!id || id.slot >= slots_.size() || slots_[id.slot].seq != id.seq) return false;
-  slots_[id.slot].fn = nullptr;
-  slots_[id.slot].seq = 0;
-  free_slots_.push_back(id.slot);
-  --live_;
+  if (slots_[id.slot].in_calendar) unlink(id.slot);
+  free_slot(id.slot);
   ++stats_.cancelled;
-  drop_stale();
+  drop_stale_far();
   return true;
 }
 
-void EventLoop::drop_stale() {
-  while (!heap_.empty() && !live(heap_.front())) {
-    std::pop_heap(heap_.begin(), heap_.end(), Later{});
-    heap_.pop_back();
-  }
-  // Stale entries deeper in the heap are useless once nothing is live.
-  if (live_ == 0) heap_.clear();
+Nanos EventLoop::next_time() const {
+  const Nanos t = first_in_calendar();
+  if (t != kNever) return t;
+  return far_.empty() ? kNever : far_.front().t;
 }
 
-void EventLoop::run_top() {
-  std::pop_heap(heap_.begin(), heap_.end(), Later{});
-  const Entry e = heap_.back();
-  heap_.pop_back();
+bool EventLoop::run_next(Nanos limit) {
+  Nanos t = first_in_calendar();
+  if (t == kNever) {
+    if (far_.empty() || far_.front().t > limit) return false;
+    now_ = far_.front().t;  // nothing sooner: jump the clock and fill the calendar
+    pull_far();
+    t = now_;
+  }
+  if (t > limit) return false;
+  if (t != now_) {
+    now_ = t;
+    pull_far();
+  }
+  Bucket& bk = buckets_[static_cast<size_t>(t & (kWheel - 1))];
+  const uint32_t slot = bk.head;
+  unlink(slot);
   // Move the callback out first: it may schedule events, which can reuse or
   // reallocate the slots.
-  Callback fn = std::move(slots_[e.slot].fn);
-  slots_[e.slot].fn = nullptr;
-  slots_[e.slot].seq = 0;
-  free_slots_.push_back(e.slot);
-  --live_;
-  drop_stale();
-  now_ = e.t;
+  Callback fn = std::move(slots_[slot].fn);
+  free_slot(slot);
   ++stats_.run;
   fn();
-}
-
-bool EventLoop::step() {
-  if (heap_.empty()) return false;
-  run_top();
   return true;
 }
+
+bool EventLoop::step() { return run_next(kNever); }
 
 bool EventLoop::run_until(Nanos t) {
   stop_ = false;
-  while (!heap_.empty() && heap_.front().t <= t) {
-    run_top();
+  while (run_next(t)) {
     if (stop_) return false;
   }
-  now_ = std::max(now_, t);
+  if (t > now_ && t != kNever) {
+    now_ = t;
+    pull_far();
+  }
   return true;
 }
 
 bool EventLoop::run_until_idle(Nanos limit) {
   stop_ = false;
-  while (!heap_.empty()) {
-    if (heap_.front().t > limit) {
-      now_ = std::max(now_, limit);
-      return false;
-    }
-    run_top();
+  while (run_next(limit)) {
     if (stop_) return false;
   }
-  return true;
+  if (live_ == 0) return true;
+  if (limit > now_) {
+    now_ = limit;
+    pull_far();
+  }
+  return false;
 }
 
 }  // namespace mrc::sim
