@@ -216,6 +216,9 @@ int cmd_qp(const char*, const char* params, rte_tel_data* out) {
     rte_tel_data_add_dict_u64(out, "rcv_cack", qi.rcv_cack);
     rte_tel_data_add_dict_u64(out, "inflight_bytes", qi.inflight_bytes);
     rte_tel_data_add_dict_u64(out, "cwnd_bytes", qi.cwnd_bytes);
+    rte_tel_data_add_dict_u64(out, "srtt_ns", qi.srtt_ns);
+    rte_tel_data_add_dict_u64(out, "rttvar_ns", qi.rttvar_ns);
+    rte_tel_data_add_dict_u64(out, "rto_ns", qi.rto_ns);
     rte_tel_data_add_dict_u64(out, "sq_outstanding", qi.sq_outstanding);
     rte_tel_data_add_dict_u64(out, "rq_posted", qi.rq_posted);
     rte_tel_data_add_dict_u64(out, "retries", qi.retries);

@@ -590,6 +590,9 @@ bool Engine::qp_info(uint32_t qpn, QpInfo& out) const {
   out.rcv_cack = qp->rcv_cack;
   out.inflight_bytes = qp->inflight_bytes;
   out.cwnd_bytes = qp->cc ? qp->cc->window_bytes() : 0;
+  out.srtt_ns = qp->srtt;
+  out.rttvar_ns = qp->rttvar;
+  out.rto_ns = I.rto_for(*qp);
   out.sq_outstanding = qp->sq_tail - qp->sq_head;
   out.rq_posted = qp->rq_tail - qp->rq_head;
   out.retries = qp->retries;

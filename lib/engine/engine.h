@@ -117,6 +117,8 @@ struct QpInfo {
   uint32_t rcv_cack = 0;              // responder: last in-order PSN
   uint64_t inflight_bytes = 0;
   uint64_t cwnd_bytes = 0;
+  Nanos srtt_ns = 0, rttvar_ns = 0;  // requester's smoothed RTT (0: no sample yet)
+  Nanos rto_ns = 0;                  // the retransmit timeout now in force
   uint32_t sq_outstanding = 0;
   uint32_t rq_posted = 0;
   uint32_t retries = 0;

@@ -73,6 +73,9 @@ std::string run_case(const Case& c, Nanos limit = 200'000'000) {
     QpInfo qi;
     net.engine(0).qp_info(pair.qpn_a, qi);
     retransmits += qi.ctr[QpCtr::tx_retransmits];
+    // What telemetry reports of the RTT: sampled, and the timeout at least its base.
+    if (c.transport == Transport::mrc && (qi.srtt_ns == 0 || qi.srtt_ns > limit)) why += "no sane RTT estimate; ";
+    if (qi.rto_ns < 131'072) why += "RTO below the configured timeout; ";
   }
   if (c.loss >= 0.01 && retransmits == 0) why += "loss configured but nothing was retransmitted; ";
   if (c.transport == Transport::rocev2 && c.plane_failure && net.qp_errors(0).empty())
