@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <map>
 #include <set>
@@ -55,6 +56,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "no quick adapt");
   app.add_option("--fixed-window", o.fixed_window, "bytes in flight with --cc none")->capture_default_str();
   app.add_option("--plane-rate-gbps", o.plane_rate_gbps, "rate CC assumes per plane")->capture_default_str();
+  app.add_option("--lcore-rate-gbps", o.lcore_rate_gbps,
+                 "rate CC assumes at most for all planes of a device together, per worker lcore (0: no cap)")
+      ->capture_default_str();
   app.add_option("--ack-every", o.ack_every)->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--ack-delay-ns", o.ack_delay_ns)->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
@@ -210,6 +214,7 @@ std::string build(const Options& o, Built& out) {
   ec.reorder_window = o.reorder_window_ns;
   ec.seed = o.seed;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";
+  if (o.lcore_rate_gbps < 0) return "--lcore-rate-gbps: must not be negative";
 
   std::map<std::string, dp::DeviceSpec> devs;
   for (const auto& n : o.devices) {
@@ -268,6 +273,12 @@ std::string build(const Options& o, Built& out) {
       d.lcores.push_back(first_worker);
     }
     if (d.lcores.size() > o.max_qps) return fmt::format("--lcores: device {} has more lcores than --max-qps", n);
+    // Each engine (one per lcore) drives every plane from one CPU, so more
+    // planes add no capacity beyond that CPU's. NSCC sizes its window and
+    // gain from planes x plane rate: uncapped, 4 planes quadrupled them, which
+    // only lengthened the queues in front of that CPU and cost goodput.
+    if (o.lcore_rate_gbps > 0)
+      d.engine.plane_rate_gbps = std::min(o.plane_rate_gbps, o.lcore_rate_gbps / double(d.planes.size()));
     // All planes of a device share one address family (one GID type).
     for (auto& p : d.planes)
       if (p.addr.ip.is_v4() != d.planes[0].addr.ip.is_v4())
