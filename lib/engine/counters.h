@@ -73,7 +73,8 @@ namespace mrc::engine {
   X(remote_errors, "QP moved to ERROR by a NAK from the responder")            \
   X(ev_marked_bad, "EVs moved to ASSUMED_BAD")                                 \
   X(ev_recovered, "EVs moved back to GOOD by a probe")                         \
-  X(ev_min_active_kept, "EV failures ignored to keep ev_min_active EVs")
+  X(ev_min_active_kept, "EV failures ignored to keep ev_min_active EVs")      \
+  X(plane_silent, "planes taken out of spraying after consecutive losses")
 
 // Per EV of a QP.
 #define MRC_EV_COUNTERS(X)                           \

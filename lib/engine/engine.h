@@ -69,6 +69,13 @@ struct EngineConfig {
   // SKIP lasts for this many picks on the EV's plane ("one rotation" is the
   // plane's active EV count, used when this is 0).
   uint32_t skip_picks = 0;
+  // A plane on which this many packets of a QP in a row were lost, none of
+  // them acknowledged in between, has failed silently: all its EVs go
+  // ASSUMED_BAD at once and are probed back, instead of being found one
+  // loss at a time while the plane, emptied by the losses, looks the least
+  // loaded and draws more traffic. Random loss almost never strings so many
+  // together on one plane. 0 turns this off (EVs then fail one by one).
+  uint32_t plane_silent_losses = 8;
   // Packets whose DSCP equals dscp_trimmed are trimmed headers.
   uint8_t dscp_data = 0;
   uint8_t dscp_control = 0;

@@ -134,6 +134,9 @@ struct Qp {
   std::array<uint32_t, kMaxPlanes> plane_inflight{};
   uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down
   uint32_t spray_planes = 0;      // bit p: active[p] is not empty
+  // Losses blamed on each plane's EVs since the plane last had a packet
+  // acknowledged (see EngineConfig::plane_silent_losses).
+  std::array<uint16_t, kMaxPlanes> plane_losses{};
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;

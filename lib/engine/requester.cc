@@ -209,6 +209,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
 void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
   TxPkt& t = qp.win[psn & qp.win_mask];
   if (t.flags & kPktAcked) return;
+  qp.plane_losses[qp.evs[t.ev].plane] = 0;  // the plane carries traffic
   take_out_of_flight(qp, t);
   t.flags |= kPktAcked;
   s.bytes_acked += t.len;

@@ -18,6 +18,7 @@ void Engine::Impl::build_evs(Qp& qp) {
   for (auto& v : qp.backups) v.clear();
   qp.active_good = 0;
   qp.next_probe_at = kNever;
+  qp.plane_losses.fill(0);
   const uint32_t planes = cfg.num_planes;
   std::vector<EvEntry> entries = qp.attr.ev.evs;
   if (cfg.transport == Transport::rocev2) {
@@ -139,7 +140,17 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos now) {
   Ev& ev = qp.evs[idx];
   ev.ctr.inc(EvCtr::losses);
   ++ev.drops;
-  if (cfg.transport == Transport::mrc) ev_mark(qp, idx, EvState::assumed_bad, now, false);
+  if (cfg.transport != Transport::mrc) return;
+  ev_mark(qp, idx, EvState::assumed_bad, now, false);
+  const uint32_t plane = ev.plane;
+  if (!cfg.plane_silent_losses || ++qp.plane_losses[plane] < cfg.plane_silent_losses) return;
+  qp.plane_losses[plane] = 0;
+  qp.ctr.inc(QpCtr::plane_silent);
+  for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+    const EvState st = qp.evs[i].state;
+    if (qp.evs[i].plane == plane && (st == EvState::good || st == EvState::skip))
+      ev_mark(qp, i, EvState::assumed_bad, now, false);
+  }
 }
 
 void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool force) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "workload.h"
 
@@ -222,6 +223,48 @@ TEST_CASE("a silently failed plane's EVs become ASSUMED_BAD with events, and com
   bool recovered_event = false;
   for (const auto& ev : p.net.ev_events(0)) recovered_event |= ev.to == EvState::good;
   CHECK(recovered_event);
+}
+
+TEST_CASE("consecutive losses on one plane take all of its EVs out at once; scattered losses do not") {
+  // Silent failure mid-transfer: the plane goes ASSUMED_BAD as a whole after
+  // plane_silent_losses losses, long before every EV has lost a packet.
+  auto silent = [](uint32_t threshold) {
+    auto cfg = basic();
+    cfg.engine_template.plane_silent_losses = threshold;
+    auto p = std::make_unique<Pair>(cfg);
+    for (uint64_t i = 0; i < 16; ++i) REQUIRE(p->net.post_send(0, p->qp.qpn_a, p->write(i, 60000, i * 60000)) == 0);
+    p->net.at(p->net.now() + 5'000, [&net = p->net] { net.set_plane_up(1, false); });
+    p->net.run_until_idle(20'000'000);
+    REQUIRE(p->net.completions(0).size() == 16);
+    for (const auto& c : p->net.completions(0)) CHECK(c.status == WcStatus::success);
+    CHECK(std::memcmp(p->src.data(), p->dst.data(), 16 * 60000) == 0);
+    return p;
+  };
+  auto with = silent(8);
+  CHECK(with->info(0).ctr[QpCtr::plane_silent] >= 1);
+  size_t bad_on_1 = 0, on_1 = 0, lost_on_1 = 0;
+  for (const auto& e : with->net.engine(0).ev_info(with->qp.qpn_a)) {
+    if (e.plane != 1) continue;
+    ++on_1;
+    bad_on_1 += e.state == EvState::assumed_bad;
+    lost_on_1 += e.ctr[EvCtr::losses] > 0;
+  }
+  CHECK(bad_on_1 == on_1);    // the whole plane, probed back from here
+  CHECK(lost_on_1 < on_1);    // without every EV having to lose a packet
+  auto without = silent(0);
+  CHECK(without->info(0).ctr[QpCtr::plane_silent] == 0);
+  CHECK(with->info(0).ctr[QpCtr::tx_retransmits] <= without->info(0).ctr[QpCtr::tx_retransmits]);
+
+  // 1 % random loss on every link: losses are spread over planes and
+  // acknowledged packets in between reset the count.
+  auto cfg = basic();
+  cfg.link.loss = 0.01;
+  Pair lossy(cfg);
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(lossy.net.post_send(0, lossy.qp.qpn_a, lossy.write(i, 60000, i * 60000)) == 0);
+  lossy.net.run_until_idle(50'000'000);
+  REQUIRE(lossy.net.completions(0).size() == 16);
+  CHECK(lossy.info(0).ctr[QpCtr::tx_retransmits] > 0);
+  CHECK(lossy.info(0).ctr[QpCtr::plane_silent] == 0);
 }
 
 TEST_CASE("a port status update stops traffic on the peer's downed plane at once") {
