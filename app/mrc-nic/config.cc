@@ -62,6 +62,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--ack-every", o.ack_every)->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--ack-delay-ns", o.ack_delay_ns)->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
+  app.add_option("--plane-silent-losses", o.plane_silent_losses,
+                 "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
+      ->capture_default_str();
   app.add_option("--fault", o.faults, "egress fault injection: \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"");
   app.add_option("--link-event", o.link_events,
                  "\"DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]\": a silent link failure");
@@ -212,6 +215,7 @@ std::string build(const Options& o, Built& out) {
   ec.ack_every = o.ack_every;
   ec.ack_delay = o.ack_delay_ns;
   ec.reorder_window = o.reorder_window_ns;
+  ec.plane_silent_losses = o.plane_silent_losses;
   ec.seed = o.seed;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";
   if (o.lcore_rate_gbps < 0) return "--lcore-rate-gbps: must not be negative";

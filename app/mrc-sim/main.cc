@@ -60,6 +60,7 @@ struct Options {
   int timeout = -1;  // -1: ~131 us for either transport
   int retry_exp = -1;
   uint32_t mpr = 8;
+  uint32_t plane_silent_losses = engine::EngineConfig{}.plane_silent_losses;
   // Failures.
   int fail_plane = -1;
   std::string fail_link;    // host:PLANE:HOST or fabric:PLANE:INDEX
@@ -463,6 +464,7 @@ int Sim::run() {
   fc.fabric_link = link(o_.fabric_rate_gbps, o_.fabric_delay_ns, o_.fabric_queue_bytes, true);
   fc.engine_template.transport = transport();
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
+  fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
   std::string err;
   if (!build_flows(err)) {
     fmt::print(stderr, "mrc-sim: {}\n", err);
@@ -732,6 +734,9 @@ int main(int argc, char** argv) {
   app.add_option("--retry-exp", o.retry_exp, "exponential retries (-1: 25 for mrc, 0 for rocev2)")
       ->capture_default_str();
   app.add_option("--mpr", o.mpr)->capture_default_str();
+  app.add_option("--plane-silent-losses", o.plane_silent_losses,
+                 "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
+      ->capture_default_str();
   app.add_option("--fail-plane", o.fail_plane)->capture_default_str();
   app.add_option("--fail-link", o.fail_link, "host:PLANE:HOST or fabric:PLANE:INDEX (INDEX = leaf * spines + spine)");
   app.add_option("--fail-switch", o.fail_switch, "leaf:PLANE:INDEX or spine:PLANE:INDEX");
