@@ -37,7 +37,7 @@ j = json.load(sys.stdin)
 extra = ""
 if j.get("recovery_us") is not None:
     extra += " recovery_us %s" % j["recovery_us"]
-if "victim" in j:
+if j.get("victim") and j["victim"].get("fraction") is not None:
     extra += " victim %.3f of fair share" % j["victim"]["fraction"]
 print("%-28s %-7s %7.1f Tb/s (%.3f of ideal) retx %d integrity %s completions %s%s" % (
     j["scenario"], j["transport"], j["goodput_gbps"] / 1000, j["goodput_fraction"],

@@ -64,6 +64,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
+      ->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
   app.add_option("--fault", o.faults, "egress fault injection: \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"");
   app.add_option("--link-event", o.link_events,

@@ -736,6 +736,7 @@ int main(int argc, char** argv) {
   app.add_option("--mpr", o.mpr)->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
+      ->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
   app.add_option("--fail-plane", o.fail_plane)->capture_default_str();
   app.add_option("--fail-link", o.fail_link, "host:PLANE:HOST or fabric:PLANE:INDEX (INDEX = leaf * spines + spine)");

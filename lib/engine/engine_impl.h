@@ -137,6 +137,9 @@ struct Qp {
   // Losses blamed on each plane's EVs since the plane last had a packet
   // acknowledged (see EngineConfig::plane_silent_losses).
   std::array<uint16_t, kMaxPlanes> plane_losses{};
+  // Per plane, the newest send time among acknowledged packets: a loss of
+  // a packet sent before it says nothing against the plane.
+  std::array<Nanos, kMaxPlanes> plane_acked_sent_at{};
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;
@@ -272,7 +275,10 @@ struct Engine::Impl {
   // spray.cc
   void build_evs(Qp& qp);
   int pick_ev(Qp& qp, int avoid_ev);
-  void ev_lost(Qp& qp, uint16_t ev, Nanos now);
+  // `sent_at`: when the lost packet was sent; `timeout`: found by the RTO
+  // (a stalled peer times out every plane at once, so that says nothing
+  // about any one plane).
+  void ev_lost(Qp& qp, uint16_t ev, Nanos sent_at, bool timeout, Nanos now);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);

@@ -209,7 +209,9 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
 void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
   TxPkt& t = qp.win[psn & qp.win_mask];
   if (t.flags & kPktAcked) return;
-  qp.plane_losses[qp.evs[t.ev].plane] = 0;  // the plane carries traffic
+  const uint32_t plane = qp.evs[t.ev].plane;  // the plane carries traffic
+  qp.plane_losses[plane] = 0;
+  qp.plane_acked_sent_at[plane] = std::max(qp.plane_acked_sent_at[plane], t.sent_at);
   take_out_of_flight(qp, t);
   t.flags |= kPktAcked;
   s.bytes_acked += t.len;
@@ -237,7 +239,7 @@ void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, 
   if ((t.flags & kPktAcked) || (t.flags & kPktQueued)) return;
   queue_retransmit(qp, psn);
   qp.ctr.inc(why);
-  if (path_failed) ev_lost(qp, t.ev, now);
+  if (path_failed) ev_lost(qp, t.ev, t.sent_at, why == QpCtr::rtx_rto, now);
 }
 
 void Engine::Impl::queue_retransmit(Qp& qp, uint32_t psn) {

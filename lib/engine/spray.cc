@@ -19,6 +19,7 @@ void Engine::Impl::build_evs(Qp& qp) {
   qp.active_good = 0;
   qp.next_probe_at = kNever;
   qp.plane_losses.fill(0);
+  qp.plane_acked_sent_at.fill(0);
   const uint32_t planes = cfg.num_planes;
   std::vector<EvEntry> entries = qp.attr.ev.evs;
   if (cfg.transport == Transport::rocev2) {
@@ -136,21 +137,28 @@ void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
 
 // A packet sent on this EV was lost without a trim: MRC takes silence as a
 // path failure and stops using the EV at once.
-void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos now) {
+void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, bool timeout, Nanos now) {
   Ev& ev = qp.evs[idx];
   ev.ctr.inc(EvCtr::losses);
   ++ev.drops;
   if (cfg.transport != Transport::mrc) return;
   ev_mark(qp, idx, EvState::assumed_bad, now, false);
+  // Losses in a row on one plane, each sent after the plane's newest
+  // acknowledged packet: the plane has gone silent. Never the last plane
+  // with EVs to spray on: there would be nowhere to send.
   const uint32_t plane = ev.plane;
-  if (!cfg.plane_silent_losses || ++qp.plane_losses[plane] < cfg.plane_silent_losses) return;
+  if (!cfg.plane_silent_losses || timeout || sent_at <= qp.plane_acked_sent_at[plane]) return;
+  if (++qp.plane_losses[plane] < cfg.plane_silent_losses) return;
   qp.plane_losses[plane] = 0;
-  qp.ctr.inc(QpCtr::plane_silent);
+  if (!(usable_planes(qp) & ~(1u << plane))) return;
+  bool marked = false;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     const EvState st = qp.evs[i].state;
-    if (qp.evs[i].plane == plane && (st == EvState::good || st == EvState::skip))
-      ev_mark(qp, i, EvState::assumed_bad, now, false);
+    if (qp.evs[i].plane != plane || (st != EvState::good && st != EvState::skip)) continue;
+    ev_mark(qp, i, EvState::assumed_bad, now, false);
+    marked |= qp.evs[i].state == EvState::assumed_bad;
   }
+  if (marked) qp.ctr.inc(QpCtr::plane_silent);
 }
 
 void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool force) {

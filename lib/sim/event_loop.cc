@@ -92,7 +92,7 @@ void EventLoop::drop_stale_far() {
 }
 
 void EventLoop::pull_far() {
-  while (!far_.empty() && far_.front().t < now_ + kWheel) {
+  while (!far_.empty() && far_.front().t - now_ < kWheel) {  // t >= now_: no overflow near kNever
     std::pop_heap(far_.begin(), far_.end(), Later{});
     const Entry e = far_.back();
     far_.pop_back();
@@ -169,7 +169,7 @@ bool EventLoop::run_until(Nanos t) {
   while (run_next(t)) {
     if (stop_) return false;
   }
-  if (t > now_ && t != kNever) {
+  if (t > now_) {
     now_ = t;
     pull_far();
   }

@@ -372,6 +372,7 @@ MutablePacket FrameTemplate::stamp(std::span<uint8_t> buf, uint32_t payload_len)
   m.at.payload_len = payload_len;
   const uint64_t size = uint64_t(at_.payload) + payload_len + m.at.pad + kIcrcLen;
   if (size > buf.size() || size - at_.l3 > 0xFFFF || (!(at_.flags & kOpPayload) && payload_len)) return m;
+  if (at_.payload < 16) return m;  // not prepared: a prepared template holds Ethernet to BTH
   m.at.size = static_cast<uint32_t>(size);
   m.base = buf.data();
   uint8_t* p = buf.data();
@@ -379,7 +380,7 @@ MutablePacket FrameTemplate::stamp(std::span<uint8_t> buf, uint32_t payload_len)
   // call: the caller then edits bit fields of these bytes in place, and a
   // load can be forwarded from a 16-byte store but not from the library
   // memcpy's 32- and 64-byte ones, which stalled every packet.
-  const unsigned n = at_.payload;  // >= Ethernet + IP + UDP + BTH > 16
+  const unsigned n = at_.payload;
   for (unsigned off = 0; off + 16 < n; off += 16) std::memcpy(p + off, hdr_.data() + off, 16);
   std::memcpy(p + n - 16, hdr_.data() + n - 16, 16);
   const uint32_t l3_len = m.at.size - at_.l3;

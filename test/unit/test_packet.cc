@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <vector>
 
 #include "wire/icrc.h"
@@ -313,6 +315,13 @@ TEST_CASE("names of opcodes, reasons and errors") {
   CHECK(nack_reason_from_name("trimmed_lasthop") == 0x02);
   CHECK(parse_error_name(ParseError::bad_icrc) == "bad_icrc");
   CHECK(kParseErrorCount == 21);
+}
+
+TEST_CASE("An unprepared FrameTemplate stamps nothing and writes nothing") {
+  FrameTemplate t;
+  std::vector<uint8_t> buf(256, 0x5A);
+  CHECK(t.stamp({buf.data() + 32, 128}, 0).base == nullptr);
+  CHECK(std::all_of(buf.begin(), buf.end(), [](uint8_t b) { return b == 0x5A; }));
 }
 
 TEST_CASE("FrameTemplate stamps the same bytes as begin_frame") {
