@@ -275,10 +275,8 @@ struct Engine::Impl {
   // spray.cc
   void build_evs(Qp& qp);
   int pick_ev(Qp& qp, int avoid_ev);
-  // `sent_at`: when the lost packet was sent; `timeout`: found by the RTO
-  // (a stalled peer times out every plane at once, so that says nothing
-  // about any one plane).
-  void ev_lost(Qp& qp, uint16_t ev, Nanos sent_at, bool timeout, Nanos now);
+  // `sent_at`: when the lost packet was sent.
+  void ev_lost(Qp& qp, uint16_t ev, Nanos sent_at, Nanos now);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);

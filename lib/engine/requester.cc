@@ -239,7 +239,7 @@ void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, 
   if ((t.flags & kPktAcked) || (t.flags & kPktQueued)) return;
   queue_retransmit(qp, psn);
   qp.ctr.inc(why);
-  if (path_failed) ev_lost(qp, t.ev, t.sent_at, why == QpCtr::rtx_rto, now);
+  if (path_failed) ev_lost(qp, t.ev, t.sent_at, now);
 }
 
 void Engine::Impl::queue_retransmit(Qp& qp, uint32_t psn) {

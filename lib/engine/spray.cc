@@ -137,17 +137,21 @@ void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
 
 // A packet sent on this EV was lost without a trim: MRC takes silence as a
 // path failure and stops using the EV at once.
-void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, bool timeout, Nanos now) {
+void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
   Ev& ev = qp.evs[idx];
   ev.ctr.inc(EvCtr::losses);
   ++ev.drops;
   if (cfg.transport != Transport::mrc) return;
   ev_mark(qp, idx, EvState::assumed_bad, now, false);
-  // Losses in a row on one plane, each sent after the plane's newest
-  // acknowledged packet: the plane has gone silent. Never the last plane
-  // with EVs to spray on: there would be nowhere to send.
+  // Losses in a row on one plane, each of a packet sent after the plane's
+  // newest acknowledged one while another plane has delivered a later one:
+  // this plane has gone silent, not the peer (a stalled peer answers on no
+  // plane). Never the last plane with EVs to spray on.
   const uint32_t plane = ev.plane;
-  if (!cfg.plane_silent_losses || timeout || sent_at <= qp.plane_acked_sent_at[plane]) return;
+  if (!cfg.plane_silent_losses || sent_at <= qp.plane_acked_sent_at[plane]) return;
+  bool others_deliver = false;
+  for (uint32_t p = 0; p < cfg.num_planes; ++p) others_deliver |= p != plane && qp.plane_acked_sent_at[p] > sent_at;
+  if (!others_deliver) return;
   if (++qp.plane_losses[plane] < cfg.plane_silent_losses) return;
   qp.plane_losses[plane] = 0;
   if (!(usable_planes(qp) & ~(1u << plane))) return;
