@@ -69,8 +69,9 @@ struct EngineConfig {
   // SKIP lasts for this many picks on the EV's plane ("one rotation" is the
   // plane's active EV count, used when this is 0).
   uint32_t skip_picks = 0;
-  // A plane on which this many packets of a QP in a row were lost, none of
-  // them acknowledged in between, has failed silently: all its EVs go
+  // A plane on which this many packets of a QP in a row were lost, each
+  // sent after the plane's newest acknowledged packet while another plane
+  // delivered a later one, has failed silently: all its EVs go
   // ASSUMED_BAD at once and are probed back, instead of being found one
   // loss at a time while the plane, emptied by the losses, looks the least
   // loaded and draws more traffic. Random loss almost never strings so many

@@ -227,6 +227,14 @@ struct Engine::Impl {
   void enter_error(Qp& qp, WcStatus cause) { enter_error(qp, cause, qp.sq_head); }
   void complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, uint32_t len, uint32_t imm, bool has_imm);
   bool is_local_ip(const wire::IpAddr& ip, uint32_t plane) const;
+  // Last step of a frame: a template-stamped one already has its IPv4
+  // checksum and needs only the ICRC; a built one needs both.
+  void seal(const wire::MutablePacket& m, bool stamped) const {
+    if (!stamped)
+      wire::finish_frame(m, !cfg.icrc_offload);
+    else if (!cfg.icrc_offload)
+      wire::icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});
+  }
   void on_endpoint(uint32_t plane, const wire::Packet& p, Nanos now);
   // Builds a control frame to the QP's peer on `plane` and sends it.
   template <class Fill>
@@ -314,12 +322,7 @@ bool Engine::Impl::send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev
   m.bth().set_dest_qp(qp.attr.dest_qpn);
   m.bth().set_psn(psn);
   fill(m);
-  // A stamped frame's IPv4 checksum is already right (fill() sets no IP
-  // field); only the ICRC is left.
-  if (!stamped)
-    wire::finish_frame(m, !cfg.icrc_offload);
-  else if (!cfg.icrc_offload)
-    wire::icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});
+  seal(m, stamped);  // fill() sets no IP field
   env.tx_send(plane, m.at.size);
   return true;
 }

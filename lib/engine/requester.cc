@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "engine/engine_impl.h"
-#include "wire/icrc.h"
 #include "wire/psn.h"
 
 namespace mrc::engine {
@@ -177,11 +176,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   // The template holds the addressing; the EV is the per-packet part of it.
   ev_apply(qp.attr.ev.format, qp.evs[ev].value, m);
   if (t.len) std::memcpy(m.payload().data(), e.src + t.offset, t.len);
-  // A stamped frame's IPv4 checksum is already right; only the ICRC is left.
-  if (rc_has_reth)
-    finish_frame(m, !cfg.icrc_offload);
-  else if (!cfg.icrc_offload)
-    icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});
+  seal(m, !rc_has_reth);
   env.tx_send(plane, m.at.size);
 
   t.sent_at = now;
