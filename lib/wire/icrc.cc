@@ -49,8 +49,8 @@ constexpr std::array<uint8_t, IpLen + kUdpLen + kBthLen> make_mask() {
 }
 constexpr auto kMaskV4 = make_mask<kIpv4Len>();
 constexpr auto kMaskV6 = make_mask<kIpv6Len>();
-constexpr size_t kTableCrcMax = 256;
-constexpr std::array<uint8_t, kTableCrcMax> kNoMask{};
+// Frames up to this size are CRC'd from a masked copy in one call.
+constexpr size_t kSmallFrame = 512;
 
 // Plain (non-inverting) register update over `n` bytes of p | mask.
 uint32_t crc_masked(uint32_t reg, const uint8_t* p, const uint8_t* mask, size_t n) {
@@ -96,21 +96,21 @@ uint32_t icrc_compute(std::span<const uint8_t> l3, bool* ok) {
 
   // The seed is the register after the masked LRH, so start from it.
   const uint8_t* mask = version == 4 ? kMaskV4.data() : kMaskV6.data();
-  uint32_t reg = crc_masked(kIcrcSeed, l3.data(), mask, masked_len);
-  const uint8_t* rest = l3.data() + masked_len;
-  const size_t rest_len = l3.size() - masked_len - kIcrcLen;
-  uint32_t crc;
-  if (rest_len <= kTableCrcMax) {
-    // Control packets and small payloads: the table is cheaper than a call
-    // into the vector kernel and the vector-state switch around it.
-    reg = crc_masked(reg, rest, kNoMask.data(), rest_len);
-    crc = ~reg;
-  } else {
-    // crc32_ieee takes and returns the inverted register.
-    crc = crc32_ieee(~reg, rest, rest_len);
+  const size_t covered = l3.size() - kIcrcLen;
+  if (covered <= kSmallFrame) {
+    // Control packets and small payloads: one ISA-L call over a masked copy
+    // costs about a third of the table walk (measured 35 vs 75-97 ns at
+    // 100-140 bytes); the kernel's fixed cost dominates at these sizes.
+    alignas(64) uint8_t copy[kSmallFrame];
+    std::memcpy(copy, l3.data(), covered);
+    for (size_t i = 0; i < masked_len; ++i) copy[i] |= mask[i];
+    if (ok) *ok = true;
+    return crc32_ieee(~kIcrcSeed, copy, covered);
   }
+  const uint32_t reg = crc_masked(kIcrcSeed, l3.data(), mask, masked_len);
   if (ok) *ok = true;
-  return crc;
+  // crc32_ieee takes and returns the inverted register.
+  return crc32_ieee(~reg, l3.data() + masked_len, covered - masked_len);
 }
 
 bool icrc_fill(std::span<uint8_t> l3) {
