@@ -144,7 +144,7 @@ struct Workload::Impl {
     Impl& w;
     std::vector<Flow*> mine;
     explicit RequesterApp(Impl& i) : w(i) {}
-    bool on_poll(dp::Shard& s, Nanos now) override {
+    bool on_poll(dp::Shard& s, Nanos) override {
       if (!w.posting.load(std::memory_order_relaxed)) return false;
       bool posted_any = false;
       for (Flow* f : mine) {
@@ -159,7 +159,7 @@ struct Workload::Impl {
           wr.remote_addr = f->remote_base + (i % w.wl.depth) * w.wl.size;
           wr.rkey = w.remote_rkey;
           wr.imm = static_cast<uint32_t>(i);
-          if (s.engine().post_send(f->qpn, wr, now) != 0) break;
+          if (s.engine().post_send(f->qpn, wr) != 0) break;
           ++f->posted;
           posted_any = true;
         }

@@ -460,7 +460,7 @@ class HostShard final : public ShardApp {
       wr.remote_addr = e.remote_addr;
       wr.rkey = e.rkey;
       wr.imm = e.imm;
-      const int rc = s.engine().post_send(q.qpn, wr, now);
+      const int rc = s.engine().post_send(q.qpn, wr);
       if (rc == ENOMEM) break;
       if (rc != 0) complete_unposted(s, q, e.wr_id, false, pos);
     }

@@ -474,11 +474,11 @@ bool Engine::wants_tx() const {
   return false;
 }
 
-int Engine::post_send(uint32_t qpn, const SendWr& wr, Nanos now) {
+int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   auto& I = *impl_;
   Qp* qp = I.find_qp(qpn);
   if (!qp || qp->state != QpState::rts) return EINVAL;
-  return I.post_send(*qp, wr, now);
+  return I.post_send(*qp, wr);
 }
 
 int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {

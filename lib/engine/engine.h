@@ -170,8 +170,9 @@ class Engine {
   // Fast path. post_send returns 0, or ENOMEM when the SQ is full, or
   // EINVAL for an unknown QP or one in the wrong state. A WR the engine
   // cannot execute (bad opcode, key or length) is accepted and completes
-  // with an error status; nothing is sent for it.
-  int post_send(uint32_t qpn, const SendWr& wr, Nanos now);
+  // with an error status; nothing is sent for it. The WR is queued: the
+  // next poll() sends it, so WRs posted together leave together.
+  int post_send(uint32_t qpn, const SendWr& wr);
   int post_recv(uint32_t qpn, const RecvWr& wr);
   void on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now);
   // Runs timers (ACK delay, RTO, probes) and sends what the windows allow.

@@ -244,7 +244,7 @@ struct Engine::Impl {
   bool qp_wants_tx(const Qp& qp) const;
 
   // requester.cc
-  int post_send(Qp& qp, const SendWr& wr, Nanos now);
+  int post_send(Qp& qp, const SendWr& wr);
   void transmit(Qp& qp, Nanos now, uint32_t budget);
   bool send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now);
   void on_sack(Qp& qp, const wire::Packet& p, Nanos now);

@@ -33,7 +33,7 @@ void update_rtt(Qp& qp, Nanos sample) {
 
 }  // namespace
 
-int Engine::Impl::post_send(Qp& qp, const SendWr& wr, Nanos now) {
+int Engine::Impl::post_send(Qp& qp, const SendWr& wr) {
   if (qp.sq_tail - qp.sq_head > qp.sq_mask) {
     qp.ctr.inc(QpCtr::wqe_sq_full);
     return ENOMEM;
@@ -69,7 +69,9 @@ int Engine::Impl::post_send(Qp& qp, const SendWr& wr, Nanos now) {
   qp.sq[qp.sq_tail++ & qp.sq_mask] = e;
   activate(qp);
   if (e.error != WcStatus::success) complete_acked_wqes(qp);
-  transmit(qp, now, 64);
+  // Sending waits for poll(), as a NIC's scheduler runs after doorbells:
+  // WRs posted together leave together, and the last packet of each can
+  // see the whole batch.
   return 0;
 }
 

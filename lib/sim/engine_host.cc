@@ -100,7 +100,7 @@ void EngineHosts::deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame
 
 int EngineHosts::post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) {
   Host& host = *hosts_.at(h);
-  const int rc = host.engine_->post_send(qpn, wr, now());
+  const int rc = host.engine_->post_send(qpn, wr);
   host.engine_->poll(now());
   after_engine_call(host);
   return rc;

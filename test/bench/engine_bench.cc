@@ -137,7 +137,7 @@ Result transfer(uint32_t mtu, uint64_t packets, uint32_t planes, bool icrc) {
     w.lkey = lkey;
     w.rkey = rkey;
     ++posted;
-    return a.post_send(qa, w, now) == 0;
+    return a.post_send(qa, w) == 0;
   };
   for (uint32_t i = 0; i < slots && posted < messages; ++i) post();
   // Each side is timed on its own: A runs the requester, B the responder.
@@ -160,7 +160,7 @@ Result transfer(uint32_t mtu, uint64_t packets, uint32_t planes, bool icrc) {
     });
     timed(req_ns, [&] {
       eb.drain_into(a, now);
-      while (posted < messages && posted - ea.completions < slots) post();  // post_send transmits too
+      while (posted < messages && posted - ea.completions < slots) post();  // the next a.poll sends them
     });
   }
   r.allocations = heap_allocations() - allocations_before;
