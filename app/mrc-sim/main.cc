@@ -74,6 +74,10 @@ struct Options {
   std::string timeline;
   double timeline_interval_us = 10;
   std::string pcap;
+  // The engines compute and check ICRCs only where they matter: with
+  // corruption on some link (the check is what catches it) or a capture.
+  // Otherwise the port "offloads" them, as a RoCE NIC does.
+  std::string icrc = "auto";
   bool report_wall = false;
 };
 
@@ -465,6 +469,8 @@ int Sim::run() {
   fc.engine_template.transport = transport();
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
   fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
+  fc.engine_template.icrc_offload =
+      o_.icrc == "off" || (o_.icrc == "auto" && o_.corrupt <= 0 && o_.pcap.empty());
   std::string err;
   if (!build_flows(err)) {
     fmt::print(stderr, "mrc-sim: {}\n", err);
@@ -754,10 +760,17 @@ int main(int argc, char** argv) {
   app.add_option("--timeline", o.timeline, "write a per-interval CSV");
   app.add_option("--timeline-interval-us", o.timeline_interval_us)->capture_default_str();
   app.add_option("--pcap", o.pcap, "capture host 0's plane 0 uplink");
+  app.add_option("--icrc", o.icrc, "engines compute ICRCs: auto = only with --corrupt or --pcap")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   app.add_flag("--report-wall", o.report_wall, "include wall_seconds in the JSON (breaks byte-identity)");
   CLI11_PARSE(app, argc, argv);
   if (o.message_bytes.empty() || o.hosts < 2 || o.sample_us <= 0) {
     fmt::print(stderr, "mrc-sim: bad options\n");
+    return 2;
+  }
+  if (o.icrc == "off" && o.corrupt > 0) {
+    fmt::print(stderr, "mrc-sim: --icrc off with --corrupt: nothing would catch the corrupted frames\n");
     return 2;
   }
   // Frames are heap vectors born and freed by the million: without these

@@ -2,10 +2,15 @@
 
 #include <algorithm>
 
+#include "sim/frame_pool.h"
+
 namespace mrc::sim {
 namespace {
 
-constexpr uint32_t kScratchBytes = 16 * 1024;
+constexpr uint32_t kMaxFrameBytes = 16 * 1024;
+// Buffers are made big enough for any frame of a 4 KiB MTU, so recycled ones
+// never grow; larger MTUs grow theirs once.
+constexpr uint32_t kFrameBufferBytes = 4096 + 256;
 // TX room is counted in frames of this size (a 4 KiB MTU plus headers), so
 // smaller frames only make the estimate conservative.
 constexpr uint32_t kRoomFrameBytes = 4096 + 128;
@@ -32,22 +37,31 @@ uint32_t uplink_room(const Link& up) {
 class EngineHosts::Host final : public engine::Env {
  public:
   Host(EngineHosts& hosts, uint32_t index, std::vector<Link*> uplinks)
-      : hosts_(hosts), index_(index), uplinks_(std::move(uplinks)), scratch_(uplinks_.size()) {
-    for (auto& s : scratch_) s.resize(kScratchBytes);
+      : hosts_(hosts), index_(index), uplinks_(std::move(uplinks)), pending_(uplinks_.size()) {
+    for (auto& f : pending_) f = FramePool::take(kFrameBufferBytes);
   }
 
   uint32_t tx_room(uint32_t plane) override { return plane < uplinks_.size() ? uplink_room(*uplinks_[plane]) : 0; }
 
+  // The engine writes each frame straight into the buffer that travels.
   std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
-    if (plane >= scratch_.size() || len > kScratchBytes) return {};
-    return {scratch_[plane].data(), len};
+    if (plane >= pending_.size() || len > kMaxFrameBytes) return {};
+    std::vector<uint8_t>& f = pending_[plane];
+    if (f.capacity() < len) {
+      FramePool::give(std::move(f));
+      f = FramePool::take(len);
+    }
+    f.resize(len);
+    return {f.data(), len};
   }
 
   void tx_send(uint32_t plane, uint32_t len) override {
-    if (plane >= scratch_.size() || len > kScratchBytes) return;
-    const uint8_t* p = scratch_[plane].data();
-    if (hosts_.tap_) hosts_.tap_(index_, plane, {p, len}, hosts_.now());
-    uplinks_[plane]->send(std::vector<uint8_t>(p, p + len));
+    if (plane >= pending_.size() || len > pending_[plane].size()) return;
+    std::vector<uint8_t> f = std::move(pending_[plane]);
+    f.resize(len);
+    if (hosts_.tap_) hosts_.tap_(index_, plane, {f.data(), len}, hosts_.now());
+    uplinks_[plane]->send(std::move(f));
+    pending_[plane] = FramePool::take(kFrameBufferBytes);
   }
 
   void complete(const engine::Completion& c) override {
@@ -66,7 +80,7 @@ class EngineHosts::Host final : public engine::Env {
   EngineHosts& hosts_;
   const uint32_t index_;
   const std::vector<Link*> uplinks_;           // [plane]
-  std::vector<std::vector<uint8_t>> scratch_;  // one TX buffer per plane
+  std::vector<std::vector<uint8_t>> pending_;  // [plane] the buffer tx_buffer hands out next
   std::unique_ptr<engine::Engine> engine_;
   // At most one pending poll; an earlier need cancels and replaces it.
   EventId poll_event_;

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/frame_pool.h"
 #include "wire/bytes.h"
 #include "wire/spec.h"
 
@@ -96,7 +97,10 @@ Fabric::Fabric(const Config& cfg)
       uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 0),
                                                 [this, p, l](std::vector<uint8_t> f) { leaf_rx(p, l, std::move(f)); }));
       downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 1),
-                                                  [this, h, p](std::vector<uint8_t> f) { hosts_.deliver(h, p, f); }));
+                                                  [this, h, p](std::vector<uint8_t> f) {
+                                                    hosts_.deliver(h, p, f);
+                                                    FramePool::give(std::move(f));
+                                                  }));
     }
     for (uint32_t l = 0; l < leaves_; ++l) {
       leaf_seed_.push_back(derive_seed(derive_seed(cfg_.seed, kSwitchSeedTag), p * 65536ull + l));

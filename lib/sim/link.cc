@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "sim/frame_pool.h"
 #include "wire/packet.h"
 
 namespace mrc::sim {
@@ -90,6 +91,7 @@ void Link::send(std::vector<uint8_t> frame) {
   ctr_.sent_bytes += frame.size();
   if (!params_.up) {
     ++ctr_.dropped_down;
+    FramePool::give(std::move(frame));
     return;
   }
   pop_finished();
@@ -97,6 +99,7 @@ void Link::send(std::vector<uint8_t> frame) {
   const bool trimmed = params_.trim_bytes && queued + frame.size() > params_.trim_bytes && trim(frame);
   if (queued + frame.size() > params_.queue_bytes) {
     ++ctr_.dropped_queue;
+    FramePool::give(std::move(frame));
     return;
   }
   if (trimmed) ++ctr_.trimmed;
@@ -114,6 +117,7 @@ void Link::send(std::vector<uint8_t> frame) {
   // Wire impairments happen after the queue: a lost frame still used the link.
   if (params_.loss > 0 && uniform() < params_.loss) {
     ++ctr_.dropped_loss;
+    FramePool::give(std::move(frame));
     return;
   }
   if (params_.corrupt > 0 && uniform() < params_.corrupt && flip_bit(frame)) ++ctr_.corrupted;
@@ -132,6 +136,7 @@ void Link::deliver_at(Nanos t, std::vector<uint8_t> frame) {
   loop_.at(t, [this, epoch = epoch_, f = std::move(frame)]() mutable {
     if (epoch != epoch_ || !params_.up) {
       ++ctr_.dropped_down;
+      FramePool::give(std::move(f));
       return;
     }
     ++ctr_.delivered;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sim/frame_pool.h"
 #include "wire/bytes.h"
 #include "wire/spec.h"
 
@@ -51,7 +52,10 @@ TestNet::TestNet(const Config& cfg)
       uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 0),
                                                 [this, p](std::vector<uint8_t> f) { forward(p, std::move(f)); }));
       downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 1),
-                                                  [this, h, p](std::vector<uint8_t> f) { hosts_.deliver(h, p, f); }));
+                                                  [this, h, p](std::vector<uint8_t> f) {
+                                                    hosts_.deliver(h, p, f);
+                                                    FramePool::give(std::move(f));
+                                                  }));
     }
   }
 

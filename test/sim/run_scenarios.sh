@@ -59,6 +59,28 @@ PY
   done
 done
 
+# Corruption: the engines compute and check ICRCs only when some link can
+# corrupt (--icrc auto), and then every corrupted frame must be caught.
+single="$dir/single_flow.conf"
+if "$sim" --config "$single" --corrupt 0.01 >"$tmp/corrupt.json" 2>"$tmp/err" &&
+   "$py" - "$tmp/corrupt.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+ok = s["integrity_ok"] is True and s["completions_ok"] is True and s["network"]["corrupted"] > 0
+print("corrupted %d frames, integrity_ok %s" % (s["network"]["corrupted"], s["integrity_ok"]))
+sys.exit(0 if ok else 1)
+PY
+then
+  pass=$((pass + 1)); echo "PASS corruption with --icrc auto: caught"
+else
+  fail=$((fail + 1)); echo "FAIL corruption with --icrc auto: $(tail -n 3 "$tmp/err")"
+fi
+if "$sim" --config "$single" --corrupt 0.01 --icrc off >/dev/null 2>"$tmp/err"; then
+  fail=$((fail + 1)); echo "FAIL --icrc off with --corrupt was accepted"
+else
+  pass=$((pass + 1)); echo "PASS --icrc off with --corrupt refused: $(tail -n 1 "$tmp/err")"
+fi
+
 # Determinism: same config and seed, byte-identical stdout.
 det="$dir/plane_failure.conf"
 [ -f "$det" ] || det=$(ls "$dir"/*.conf | head -n 1)
