@@ -19,17 +19,13 @@ constexpr uint64_t kEngineSeedTag = 0x656E67696E65;  // "engine"
 // The uplink takes frames until its queue is half full, leaving the other
 // half to absorb a burst the engine commits to before it sees the room shrink.
 // An empty queue always takes one frame, or a small queue would stall the host.
-uint64_t tx_ring_bytes(const Link& up) {
-  static const uint64_t cap = getenv("TXRING") ? strtoull(getenv("TXRING"), nullptr, 0) : UINT64_MAX;
-  return std::min<uint64_t>(up.params().queue_bytes / 2, cap);
-}
 uint64_t room_threshold(const Link& up) {
-  const uint64_t half = tx_ring_bytes(up);
+  const uint64_t half = up.params().queue_bytes / 2;
   return half > kRoomFrameBytes ? half - kRoomFrameBytes : 0;
 }
 
 uint32_t uplink_room(const Link& up) {
-  const uint64_t half = tx_ring_bytes(up);
+  const uint64_t half = up.params().queue_bytes / 2;
   const uint64_t queued = up.queued_bytes();
   if (queued == 0) return static_cast<uint32_t>(std::max<uint64_t>(1, half / kRoomFrameBytes));
   return queued < half ? static_cast<uint32_t>((half - queued) / kRoomFrameBytes) : 0;
