@@ -118,6 +118,7 @@ struct Qp {
   Nanos tlp_at = kNever;
   Nanos tlp_sent_at = 0;
   bool tlp_outstanding = false;
+  uint8_t tlp_backoff = 0;  // probes sent since the last SACK
   uint16_t next_msn = 0;
   uint16_t next_rq_msn = 0;
   uint32_t wimm_inflight = 0;
@@ -263,6 +264,7 @@ struct Engine::Impl {
   void arm_tlp(Qp& qp, Nanos now);
   Nanos reorder_window(const Qp& qp) const;
   void send_tlp(Qp& qp, Nanos now);
+  Nanos tlp_timeout(const Qp& qp) const;
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;
   void flush(Qp& qp, WcStatus cause, uint32_t culprit);

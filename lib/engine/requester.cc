@@ -113,11 +113,12 @@ void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
     t.len = len;
     if (!send_data(qp, qp.snd_nxt, false, now)) return;
     if (imm && e.sent_pkts == 0) ++qp.wimm_inflight;
-    if (qp.snd_una == qp.snd_nxt) {
+    const bool was_idle = qp.snd_una == qp.snd_nxt;
+    qp.snd_nxt = psn_add(qp.snd_nxt, 1);
+    if (was_idle) {  // a new flight: both timers start (the probe's only once a packet is out)
       qp.rto_deadline = now + rto_for(qp);
       arm_tlp(qp, now);
     }
-    qp.snd_nxt = psn_add(qp.snd_nxt, 1);
     if (++e.sent_pkts == e.npkts) ++qp.sq_send;
   }
 }
@@ -325,25 +326,35 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     detect_losses(qp, psn_add(qp.snd_nxt, -1), now, false);
   }
   advance_una(qp, now, false);
-  arm_tlp(qp, now);
+  // The probe waits for a quiet spell after news (data delivered, a probe
+  // answered, losses to resend); a SACK repeating what is known would only
+  // keep pushing it back.
+  if (smp.bytes_acked || tlp_reply || qp.rtx_head != qp.rtx_tail) arm_tlp(qp, now);
   smp.inflight_bytes = qp.inflight_bytes;
   if (smp.bytes_acked || smp.ecn) qp.cc->on_ack(smp, now);
 }
 
-void Engine::Impl::arm_tlp(Qp& qp, Nanos now) {
-  if (cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt) {
-    qp.tlp_at = kNever;
-    return;
-  }
-  // Two smoothed RTTs plus the reorder window; a quarter timeout until an
-  // RTT has been measured. Never later than the timeout itself.
+// Two smoothed RTTs plus the reorder window, a quarter timeout until an RTT
+// has been measured, doubled for each probe left unanswered; never more than
+// half the timeout, which stays the failure detector.
+Nanos Engine::Impl::tlp_timeout(const Qp& qp) const {
   const Nanos rto = rto_for(qp);
   const Nanos pto = qp.srtt ? 2 * qp.srtt + cfg.reorder_window : rto / 4;
-  qp.tlp_at = now + std::min(pto, rto / 2);
+  return std::min(pto << qp.tlp_backoff, rto / 2);
+}
+
+void Engine::Impl::arm_tlp(Qp& qp, Nanos now) {
+  qp.tlp_backoff = 0;
+  qp.tlp_at = cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt ? kNever : now + tlp_timeout(qp);
 }
 
 void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
-  qp.tlp_at = kNever;
+  // A probe or its reply can be lost like any packet (about one in a hundred
+  // at 0.1 % loss per link), so the probe re-arms itself until a SACK comes:
+  // otherwise that tail waits out the whole timeout.
+  const bool first = qp.tlp_backoff == 0;
+  if (qp.tlp_backoff < 16) ++qp.tlp_backoff;
+  qp.tlp_at = now + tlp_timeout(qp);
   const int ev = pick_ev(qp, -1);
   if (ev < 0) return;
   const bool sent = send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
@@ -354,7 +365,9 @@ void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
                                 m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
                               });
   if (sent) {
-    qp.tlp_sent_at = now;
+    // Whichever probe of the series the reply answers, data sent before the
+    // first had its chance to arrive.
+    if (first || !qp.tlp_outstanding) qp.tlp_sent_at = now;
     qp.tlp_outstanding = true;
     qp.ctr.inc(QpCtr::tx_probes);
   }

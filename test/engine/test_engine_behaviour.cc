@@ -101,6 +101,31 @@ TEST_CASE("retry budget 25 means retry forever") {
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 100) == 0);
 }
 
+TEST_CASE("a lost tail-loss probe is sent again, well before the retransmit timeout") {
+  Pair p(basic());  // default timeout: 262 us
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+  p.net.run_until_idle(p.net.now() + 1'000'000);  // an RTT sample
+  const QpInfo before = p.info(0);
+  REQUIRE(before.srtt_ns > 0);
+  // The fabric goes dark for one and a half probe timeouts: the whole next
+  // message and the first probe are lost, and only a probe can find out.
+  const Nanos pto = 2 * before.srtt_ns + EngineConfig{}.reorder_window;
+  const Nanos t0 = p.net.now();
+  for (uint32_t pl = 0; pl < 4; ++pl) p.net.set_plane_up(pl, false);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 10000, 100)) == 0);
+  p.net.at(t0 + pto + pto / 2, [&net = p.net] {
+    for (uint32_t pl = 0; pl < 4; ++pl) net.set_plane_up(pl, true);
+  });
+  p.net.run_until_idle(t0 + 10'000'000);
+  REQUIRE(p.net.completions(0).size() == 2);
+  CHECK(p.net.completions(0)[1].status == WcStatus::success);
+  const QpInfo after = p.info(0);
+  CHECK(after.ctr[QpCtr::tx_probes] - before.ctr[QpCtr::tx_probes] >= 2);
+  CHECK(after.ctr[QpCtr::rto_fired] == 0);
+  CHECK(p.net.now() - t0 < before.rto_ns / 2);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 10100) == 0);
+}
+
 TEST_CASE("work requests MRC cannot execute complete with an error and send nothing") {
   Pair p(basic());
   SendWr ok = p.write(1, 5000);
