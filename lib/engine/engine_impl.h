@@ -118,7 +118,8 @@ struct Qp {
   Nanos tlp_at = kNever;
   Nanos tlp_sent_at = 0;
   bool tlp_outstanding = false;
-  uint8_t tlp_backoff = 0;  // probes sent since the last SACK
+  uint8_t tlp_backoff = 0;       // probe timer expiries since it was armed (new flight, SACK with news)
+  bool tlp_series_sent = false;  // a probe of this series has left: tlp_sent_at is its time
   uint16_t next_msn = 0;
   uint16_t next_rq_msn = 0;
   uint32_t wimm_inflight = 0;

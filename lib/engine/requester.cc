@@ -77,8 +77,12 @@ int Engine::Impl::post_send(Qp& qp, const SendWr& wr) {
 
 Nanos Engine::Impl::rto_for(const Qp& qp) const {
   // Linear retries keep the base timeout; exponential ones double it.
+  // Back-off stops at 2^45 ns, about 10 hours (IBTA's largest timeout is 2.4
+  // hours), rather than doubling the largest timeout to 9 years.
+  constexpr Nanos kMaxRto = Nanos{1} << 45;
   const uint32_t extra = qp.retries > qp.attr.retry_linear ? qp.retries - qp.attr.retry_linear : 0;
-  return qp.rto_base << std::min<uint32_t>(extra, 24);
+  const uint32_t shift = std::min<uint32_t>(extra, 24);
+  return qp.rto_base > (kMaxRto >> shift) ? kMaxRto : qp.rto_base << shift;
 }
 
 void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
@@ -325,11 +329,13 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     qp.rack_sent_at = std::max(qp.rack_sent_at, qp.tlp_sent_at);
     detect_losses(qp, psn_add(qp.snd_nxt, -1), now, false);
   }
+  const uint32_t una_before = qp.snd_una;
   advance_una(qp, now, false);
   // The probe waits for a quiet spell after news (data delivered, a probe
   // answered, losses to resend); a SACK repeating what is known would only
   // keep pushing it back.
-  if (smp.bytes_acked || tlp_reply || qp.rtx_head != qp.rtx_tail) arm_tlp(qp, now);
+  const bool news = smp.bytes_acked || qp.snd_una != una_before || tlp_reply || qp.rtx_head != qp.rtx_tail;
+  if (news) arm_tlp(qp, now);
   smp.inflight_bytes = qp.inflight_bytes;
   if (smp.bytes_acked || smp.ecn) qp.cc->on_ack(smp, now);
 }
@@ -340,19 +346,20 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
 Nanos Engine::Impl::tlp_timeout(const Qp& qp) const {
   const Nanos rto = rto_for(qp);
   const Nanos pto = qp.srtt ? 2 * qp.srtt + cfg.reorder_window : rto / 4;
-  return std::min(pto << qp.tlp_backoff, rto / 2);
+  const Nanos cap = rto / 2;
+  return pto > (cap >> qp.tlp_backoff) ? cap : pto << qp.tlp_backoff;
 }
 
 void Engine::Impl::arm_tlp(Qp& qp, Nanos now) {
   qp.tlp_backoff = 0;
+  qp.tlp_series_sent = false;
   qp.tlp_at = cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt ? kNever : now + tlp_timeout(qp);
 }
 
 void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
   // A probe or its reply can be lost like any packet (about one in a hundred
-  // at 0.1 % loss per link), so the probe re-arms itself until a SACK comes:
-  // otherwise that tail waits out the whole timeout.
-  const bool first = qp.tlp_backoff == 0;
+  // at 0.1 % loss per link), so the probe re-arms itself until a SACK with
+  // news comes: otherwise that tail waits out the whole timeout.
   if (qp.tlp_backoff < 16) ++qp.tlp_backoff;
   qp.tlp_at = now + tlp_timeout(qp);
   const int ev = pick_ev(qp, -1);
@@ -366,8 +373,9 @@ void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
                               });
   if (sent) {
     // Whichever probe of the series the reply answers, data sent before the
-    // first had its chance to arrive.
-    if (first || !qp.tlp_outstanding) qp.tlp_sent_at = now;
+    // first one sent had its chance to arrive.
+    if (!qp.tlp_series_sent) qp.tlp_sent_at = now;
+    qp.tlp_series_sent = true;
     qp.tlp_outstanding = true;
     qp.ctr.inc(QpCtr::tx_probes);
   }

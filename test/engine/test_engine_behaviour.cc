@@ -101,6 +101,36 @@ TEST_CASE("retry budget 25 means retry forever") {
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 100) == 0);
 }
 
+TEST_CASE("the retransmit and probe timers saturate after many back-offs") {
+  QpAttr a;
+  // The largest timeout, 2^34 ns: doubled 24 times it would be 9 years, and
+  // the probe timer's back-off on top of that would overflow 64 bits.
+  a.timeout = 24;
+  a.retry_linear = 0;
+  a.retry_exp = 25;  // forever
+  auto cfg = basic();
+  cfg.engine_template.probe_interval = Nanos{1} << 40;  // EV probes out of the way
+  cfg.engine_template.probe_interval_max = Nanos{1} << 50;
+  Pair p(cfg, a);
+  for (uint32_t pl = 0; pl < 4; ++pl) p.net.set_plane_up(pl, false);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+  constexpr Nanos kMaxRto = Nanos{1} << 45;
+  Nanos last_rto = 0;
+  // A few timer events per retry; a wrapped timer fires without end and
+  // runs out the steps long before 30 retries.
+  for (int step = 0; step < 2000 && p.info(0).retries < 30; ++step) {
+    p.net.run_until(p.net.engine(0).next_deadline() + 1);
+    const QpInfo qi = p.info(0);
+    INFO("retries " << qi.retries);
+    REQUIRE(qi.rto_ns >= last_rto);
+    REQUIRE(qi.rto_ns <= kMaxRto);
+    last_rto = qi.rto_ns;
+  }
+  CHECK(p.info(0).retries >= 30);
+  CHECK(last_rto == kMaxRto);
+  CHECK(p.info(0).state == QpState::rts);
+}
+
 TEST_CASE("a lost tail-loss probe is sent again, well before the retransmit timeout") {
   Pair p(basic());  // default timeout: 262 us
   REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
