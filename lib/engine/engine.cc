@@ -412,6 +412,7 @@ void Engine::Impl::poll_qp(Qp& qp, Nanos now) {
   if (qp.state != QpState::rts) return;
   if (qp.snd_una != qp.snd_nxt && now >= qp.rto_deadline) on_rto(qp, now);
   if (qp.state != QpState::rts) return;
+  if (qp.snd_una != qp.snd_nxt && now >= qp.rack_timer_at) on_rack_timer(qp, now);
   if (qp.snd_una != qp.snd_nxt && now >= qp.tlp_at) send_tlp(qp, now);
   if (now >= qp.next_probe_at) send_probes(qp, now);
   transmit(qp, now, 64);
@@ -442,7 +443,7 @@ Nanos Engine::Impl::qp_deadline(const Qp& qp) const {
   if (qp.unacked_pkts) t = std::min(t, qp.ack_deadline);
   if (qp.ack_now) return 0;
   if (qp.state != QpState::rts) return t;
-  if (qp.snd_una != qp.snd_nxt) t = std::min({t, qp.rto_deadline, qp.tlp_at});
+  if (qp.snd_una != qp.snd_nxt) t = std::min({t, qp.rto_deadline, qp.tlp_at, qp.rack_timer_at});
   t = std::min(t, qp.next_probe_at);
   // Pacing is a timer only while the pace, not the window, holds packets back.
   if (qp_wants_tx(qp) && qp.cc->next_send_time() > last_now) t = std::min(t, qp.cc->next_send_time());

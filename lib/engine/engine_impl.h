@@ -111,7 +111,17 @@ struct Qp {
   Nanos rto_base = 0;
   Nanos rto_deadline = kNever;
   uint32_t retries = 0;
-  Nanos rack_sent_at = 0;  // latest send time among acknowledged packets
+  // RACK (RFC 8985): the most recently sent acknowledged packet, its round
+  // trip, and the highest PSN any SACK has reported on.
+  // Packets up to rack_end sent before rack_sent_at are lost once they are
+  // a reorder window later than rack_rtt; rack_timer_at is the earliest
+  // moment one of them will be (or was, if it has been acknowledged since).
+  Nanos rack_sent_at = 0;
+  uint32_t rack_psn = 0;  // that packet, which breaks ties in send time
+  Nanos rack_rtt = 0;
+  Nanos rack_timer_at = kNever;
+  uint32_t rack_end = 0;
+  Nanos min_rtt = kNever;
   // Tail-loss probe: a reliability probe (PETH) after a quiet spell, whose
   // reply dates every packet sent before it, so tail losses are found
   // without waiting for the retransmit timeout.
@@ -253,12 +263,13 @@ struct Engine::Impl {
   void on_nack(Qp& qp, const wire::Packet& p, Nanos now);
   void on_aeth(Qp& qp, const wire::Packet& p, Nanos now);
   void on_cnp(Qp& qp, Nanos now);
-  void ack_through(Qp& qp, uint32_t cack, AckSample& s);
-  void ack_one(Qp& qp, uint32_t psn, AckSample& s);
+  void ack_through(Qp& qp, uint32_t cack, AckSample& s, Nanos now);
+  void ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now);
   void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
   void queue_retransmit(Qp& qp, uint32_t psn);
   void take_out_of_flight(Qp& qp, TxPkt& t);
   void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path);
+  void on_rack_timer(Qp& qp, Nanos now);
   void advance_una(Qp& qp, Nanos now, bool progress);
   void complete_acked_wqes(Qp& qp);
   void on_rto(Qp& qp, Nanos now);

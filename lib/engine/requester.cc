@@ -18,9 +18,16 @@ constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
 bool in_flight_range(const Qp& qp, uint32_t psn) { return psn_in_window(psn, qp.snd_una, qp.snd_nxt - qp.snd_una); }
 
+// Packets leave in bursts with one timestamp, in PSN order (resent ones
+// first, and they have the lowest PSNs): the PSN breaks the tie.
+bool sent_before(Nanos a_at, uint32_t a_psn, Nanos b_at, uint32_t b_psn) {
+  return a_at < b_at || (a_at == b_at && psn_lt(a_psn, b_psn));
+}
+
 // RFC 6298 smoothing. The variance matters more than the mean here: paths
 // of one QP differ by their queues, and that spread is what reordering is.
 void update_rtt(Qp& qp, Nanos sample) {
+  qp.min_rtt = std::min(qp.min_rtt, sample);
   if (!qp.srtt) {
     qp.srtt = sample;
     qp.rttvar = sample / 2;
@@ -208,7 +215,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
 // ---------------------------------------------------------------------------
 // Acknowledgements
 
-void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
+void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now) {
   TxPkt& t = qp.win[psn & qp.win_mask];
   if (t.flags & kPktAcked) return;
   const uint32_t plane = qp.evs[t.ev].plane;  // the plane carries traffic
@@ -217,12 +224,19 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s) {
   take_out_of_flight(qp, t);
   t.flags |= kPktAcked;
   s.bytes_acked += t.len;
-  qp.rack_sent_at = std::max(qp.rack_sent_at, t.sent_at);
+  // A resent packet acknowledged sooner than any round trip was answered
+  // for its first copy: it dates nothing (RFC 8985 §6.2 step 2).
+  const Nanos rtt = now - t.sent_at;
+  if (sent_before(qp.rack_sent_at, qp.rack_psn, t.sent_at, psn) && (t.tx_count == 1 || rtt >= qp.min_rtt)) {
+    qp.rack_sent_at = t.sent_at;
+    qp.rack_psn = psn;
+    qp.rack_rtt = rtt;
+  }
 }
 
-void Engine::Impl::ack_through(Qp& qp, uint32_t cack, AckSample& s) {
+void Engine::Impl::ack_through(Qp& qp, uint32_t cack, AckSample& s, Nanos now) {
   for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, cack); psn = psn_add(psn, 1))
-    ack_one(qp, psn, s);
+    ack_one(qp, psn, s, now);
 }
 
 void Engine::Impl::advance_una(Qp& qp, Nanos now, bool progress) {
@@ -259,21 +273,38 @@ void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t) {
   t.flags &= ~kPktInFlight;
 }
 
-// RACK: a packet is lost once a packet sent more than a reorder window after
-// it has been acknowledged. Spraying reorders by design, so a hole alone
-// proves nothing; timing does.
+// RACK: a packet is lost once a packet sent after it has been acknowledged
+// and it has been outstanding a reorder window longer than that packet's
+// round trip. Spraying reorders by design, so a hole alone proves nothing;
+// timing does.
 Nanos Engine::Impl::reorder_window(const Qp& qp) const {
   return std::max(cfg.reorder_window, qp.srtt / 2 + 2 * qp.rttvar);
 }
 
+// Checked on each SACK and again by the reorder timer (RFC 8985 §6.2): a
+// packet still short of its deadline when the SACKs stop coming, as at the
+// end of a flight, would otherwise wait for the probe. The range is every
+// PSN SACKs have reported on; PSNs beyond may yet be reported received.
 void Engine::Impl::detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path) {
-  const Nanos reo = reorder_window(qp);
-  if (qp.rack_sent_at < reo) return;
-  const Nanos before = qp.rack_sent_at - reo;
-  for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, upto_psn); psn = psn_add(psn, 1)) {
+  if (!in_flight_range(qp, qp.rack_end) || psn_gt(upto_psn, qp.rack_end)) qp.rack_end = upto_psn;
+  const Nanos wait = qp.rack_rtt + reorder_window(qp);
+  qp.rack_timer_at = kNever;
+  for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, qp.rack_end); psn = psn_add(psn, 1)) {
     const TxPkt& t = qp.win[psn & qp.win_mask];
-    if ((t.flags & kPktInFlight) && t.sent_at < before) mark_lost(qp, psn, QpCtr::rtx_sack, blame_path, now);
+    if (!(t.flags & kPktInFlight) || !sent_before(t.sent_at, psn, qp.rack_sent_at, qp.rack_psn)) continue;
+    if (now - t.sent_at >= wait)
+      mark_lost(qp, psn, QpCtr::rtx_sack, blame_path, now);
+    else
+      qp.rack_timer_at = std::min(qp.rack_timer_at, t.sent_at + wait);
   }
+}
+
+void Engine::Impl::on_rack_timer(Qp& qp, Nanos now) {
+  const uint32_t queued = qp.rtx_tail;
+  detect_losses(qp, qp.rack_end, now, true);
+  if (qp.rtx_tail == queued) return;
+  arm_tlp(qp, now);  // the probe now also covers the resent packets
+  transmit(qp, now, 64);
 }
 
 void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
@@ -312,22 +343,29 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
       }
     }
   }
-  ack_through(qp, cack, smp);
+  ack_through(qp, cack, smp, now);
   const uint32_t base = psn_add(cack, static_cast<int16_t>(s.sack_offset()));
+  const uint32_t reach = psn_add(base, kSackBitmapBits - 1);
   for (uint64_t bits = s.sack_bitmap(); bits; bits &= bits - 1) {
     const uint32_t psn = psn_add(base, std::countr_zero(bits));
     if (!in_flight_range(qp, psn)) continue;
-    ack_one(qp, psn, smp);
+    ack_one(qp, psn, smp, now);
     if (psn_gt(psn, high)) high = psn;
   }
   detect_losses(qp, high, now, true);
   if (tlp_reply) {
-    // Data sent before the probe has had its chance to arrive. A probe is
+    // Data sent before the probe has had its chance to arrive, as far as
+    // the bitmap tells (PSNs beyond it may have arrived too). A probe is
     // small and may overtake queued data, so what this finds is resent but
     // not blamed on its path.
     qp.tlp_outstanding = false;
-    qp.rack_sent_at = std::max(qp.rack_sent_at, qp.tlp_sent_at);
-    detect_losses(qp, psn_add(qp.snd_nxt, -1), now, false);
+    if (qp.tlp_sent_at > qp.rack_sent_at) {  // data sent with the probe went after it
+      qp.rack_sent_at = qp.tlp_sent_at;
+      qp.rack_psn = psn_add(qp.snd_una, -1);
+      qp.rack_rtt = now - qp.tlp_sent_at;
+    }
+    const uint32_t last = psn_add(qp.snd_nxt, -1);
+    detect_losses(qp, psn_lt(reach, last) ? reach : last, now, false);
   }
   const uint32_t una_before = qp.snd_una;
   advance_una(qp, now, false);
@@ -417,7 +455,7 @@ void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
     if (!in_flight_range(qp, psn)) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
     const TxPkt& t = qp.win[psn & qp.win_mask];
     if (!(t.flags & kPktAcked) && t.tx_count == 1) smp.rtt_ns = now - t.sent_at;
-    ack_through(qp, psn, smp);
+    ack_through(qp, psn, smp, now);
     advance_una(qp, now, false);
     smp.inflight_bytes = qp.inflight_bytes;
     if (smp.bytes_acked) qp.cc->on_ack(smp, now);
@@ -428,7 +466,7 @@ void Engine::Impl::on_aeth(Qp& qp, const Packet& p, Nanos now) {
   // In RC a NAK acknowledges every PSN before the one it names; MRC places
   // out of order, so there it says nothing about earlier PSNs.
   if (cfg.transport == Transport::rocev2) {
-    ack_through(qp, psn_add(psn, -1), smp);
+    ack_through(qp, psn_add(psn, -1), smp, now);
     advance_una(qp, now, smp.bytes_acked != 0);
     if (qp.state != QpState::rts) return;
   }
@@ -538,6 +576,7 @@ void Engine::Impl::flush(Qp& qp, WcStatus cause, uint32_t culprit) {
   qp.unacked_pkts = 0;
   qp.ack_now = false;
   qp.rto_deadline = kNever;
+  qp.rack_timer_at = kNever;
   qp.next_probe_at = kNever;
 }
 

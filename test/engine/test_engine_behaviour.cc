@@ -156,6 +156,49 @@ TEST_CASE("a lost tail-loss probe is sent again, well before the retransmit time
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 10100) == 0);
 }
 
+TEST_CASE("a lost packet a SACK cannot yet condemn is resent by the reorder timer, not the probe") {
+  Pair p(basic());
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+  p.net.run_until_idle(p.net.now() + 1'000'000);  // an RTT sample
+  const QpInfo before = p.info(0);
+  REQUIRE(before.srtt_ns > 0);
+  // The first packet of a two-packet message is lost. The second, sent
+  // right after it, is acknowledged at once (AckReq): too soon after the
+  // first was sent to call it lost, and no further SACK will come.
+  const uint32_t lost_psn = before.snd_nxt;
+  int dropped = 0;
+  for (uint32_t pl = 0; pl < 4; ++pl) {
+    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, lost_psn, pl](std::vector<uint8_t> f) {
+      wire::Packet pk;
+      if (!dropped && wire::parse_frame(f, pk) == wire::ParseError::ok && pk.at.payload_len &&
+          pk.bth().psn() == lost_psn) {
+        dropped = 1;
+        return;
+      }
+      net.downlink(1, pl).send(std::move(f));  // the switch of a two-host net
+    });
+  }
+  Nanos done = 0;
+  p.net.set_completion_hook([&](uint32_t h, const Completion& c) {
+    if (h == 0 && c.wr_id == 2) done = p.net.now();
+  });
+  const Nanos t0 = p.net.now();
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 8192, 100)) == 0);
+  p.net.run_until_idle(t0 + 10'000'000);
+  REQUIRE(dropped == 1);
+  REQUIRE(p.net.completions(0).size() == 2);
+  CHECK(p.net.completions(0)[1].status == WcStatus::success);
+  const QpInfo after = p.info(0);
+  REQUIRE(after.snd_nxt - before.snd_nxt == 2);
+  CHECK(after.ctr[QpCtr::rtx_sack] - before.ctr[QpCtr::rtx_sack] == 1);
+  CHECK(after.ctr[QpCtr::rto_fired] == 0);
+  // Found a reorder window after the SACK; a probe would have taken its
+  // timeout (two RTTs and a reorder window) and a round trip more.
+  const Nanos pto = 2 * before.srtt_ns + EngineConfig{}.reorder_window;
+  CHECK(done - t0 < pto + 2 * before.srtt_ns);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 8292) == 0);
+}
+
 TEST_CASE("work requests MRC cannot execute complete with an error and send nothing") {
   Pair p(basic());
   SendWr ok = p.write(1, 5000);
