@@ -773,6 +773,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "mrc-sim: --icrc off with --corrupt: nothing would catch the corrupted frames\n");
     return 2;
   }
+  if (o.icrc == "off" && !o.pcap.empty()) {
+    fmt::print(stderr, "mrc-sim: --icrc off with --pcap: the capture's ICRCs would be meaningless\n");
+    return 2;
+  }
   // Frames are heap vectors born and freed by the million: without these
   // glibc hands freed memory back to the kernel and faults it in again
   // (7 % of a 128-host run went to page faults).

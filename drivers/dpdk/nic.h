@@ -76,8 +76,8 @@ class ShardApp {
  public:
   virtual ~ShardApp() = default;
   virtual void on_completion(Shard& s, const engine::Completion& c, engine::Nanos now) = 0;
-  // Returns true if it gave the engine work (the shard then re-reads the
-  // engine's timers: a post arms the retransmit timer).
+  // Returns true if it gave the engine work: the shard then polls the engine,
+  // which is what sends what was posted.
   virtual bool on_poll(Shard& s, engine::Nanos now) = 0;
   // A QP entered ERROR on its own (retries exhausted, remote error).
   virtual void on_qp_error(Shard& /*s*/, uint32_t /*qpn*/, engine::WcStatus /*why*/) {}

@@ -8,8 +8,8 @@ namespace mrc::sim {
 namespace {
 
 constexpr uint32_t kMaxFrameBytes = 16 * 1024;
-// Buffers are made big enough for any frame of a 4 KiB MTU, so recycled ones
-// never grow; larger MTUs grow theirs once.
+// New buffers are made big enough for any frame of a 4 KiB MTU; larger MTUs
+// grow theirs once.
 constexpr uint32_t kFrameBufferBytes = 4096 + 256;
 // TX room is counted in frames of this size (a 4 KiB MTU plus headers), so
 // smaller frames only make the estimate conservative.
@@ -47,10 +47,6 @@ class EngineHosts::Host final : public engine::Env {
   std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
     if (plane >= pending_.size() || len > kMaxFrameBytes) return {};
     std::vector<uint8_t>& f = pending_[plane];
-    if (f.capacity() < len) {
-      FramePool::give(std::move(f));
-      f = FramePool::take(len);
-    }
     f.resize(len);
     return {f.data(), len};
   }

@@ -75,7 +75,7 @@ class EngineHosts {
 
   // A frame arrives at host h on plane p: on_rx, then a poll.
   void deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame);
-  // engine(h).post_send at now, then a poll.
+  // engine(h).post_send, then a poll (which sends it).
   int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr);
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_ev_state, set_plane_up, ...).

@@ -94,7 +94,7 @@ class Fabric {
   void set_tx_tap(TxTap tap) { hosts_.set_tx_tap(std::move(tap)); }
   const Stats& stats() const { return stats_; }
 
-  // engine(h).post_send at now, then a poll.
+  // engine(h).post_send, then a poll (which sends it).
   int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) { return hosts_.post_send(h, qpn, wr); }
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_plane_up, send_port_status, ...).

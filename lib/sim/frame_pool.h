@@ -1,7 +1,8 @@
-// Frame buffers for the simulated network. Every frame is born at a host's
-// uplink and dies at a host or in a drop, at the same rate, so buffers are
-// recycled instead of freed: a 4 KB malloc and free per packet was a tenth
-// of a large run's time. A buffer never returned is simply freed as usual.
+// Frame buffers for the simulated network. Frames are born at hosts' uplinks
+// (and as a link's duplicates) and die at hosts or in drops at about the same
+// rate, so buffers are recycled instead of freed: a 4 KB malloc and free per
+// packet was a tenth of a large run's time. A buffer never returned is simply
+// freed as usual.
 #pragma once
 
 #include <cstddef>
@@ -12,13 +13,18 @@ namespace mrc::sim {
 
 class FramePool {
  public:
-  // A buffer of `len` bytes (contents unspecified), reusing a returned one.
-  static std::vector<uint8_t> take(size_t len) {
+  // A returned buffer, or a new one with room for `capacity` bytes. Its
+  // size is whatever it last had: resizing a reused buffer to its next frame
+  // size then zero-fills nothing when frames keep their size, as data frames do.
+  static std::vector<uint8_t> take(size_t capacity) {
     auto& free = list();
-    if (free.empty()) return std::vector<uint8_t>(len);
+    if (free.empty()) {
+      std::vector<uint8_t> f;
+      f.reserve(capacity);
+      return f;
+    }
     std::vector<uint8_t> f = std::move(free.back());
     free.pop_back();
-    f.resize(len);
     return f;
   }
   static void give(std::vector<uint8_t>&& f) {

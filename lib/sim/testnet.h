@@ -69,7 +69,7 @@ class TestNet {
   // Frames the switch could not route (destination IP of no host).
   uint64_t unroutable() const { return unroutable_; }
 
-  // engine(h).post_send at now, then a poll.
+  // engine(h).post_send, then a poll (which sends it).
   int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) { return hosts_.post_send(h, qpn, wr); }
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_ev_state, set_plane_up, ...).
