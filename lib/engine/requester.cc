@@ -77,8 +77,7 @@ int Engine::Impl::post_send(Qp& qp, const SendWr& wr) {
   activate(qp);
   if (e.error != WcStatus::success) complete_acked_wqes(qp);
   // Sending waits for poll(), as a NIC's scheduler runs after doorbells:
-  // WRs posted together leave together, and the last packet of each can
-  // see the whole batch.
+  // WRs posted together leave together.
   return 0;
 }
 
