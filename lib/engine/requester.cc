@@ -302,8 +302,7 @@ void Engine::Impl::on_rack_timer(Qp& qp, Nanos now) {
   const uint32_t queued = qp.rtx_tail;
   detect_losses(qp, qp.rack_end, now, true);
   if (qp.rtx_tail == queued) return;
-  arm_tlp(qp, now);  // the probe now also covers the resent packets
-  transmit(qp, now, 64);
+  arm_tlp(qp, now);  // the probe now also covers the resent packets; poll_qp sends them next
 }
 
 void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
