@@ -61,6 +61,10 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--ack-every", o.ack_every)->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--ack-delay-ns", o.ack_delay_ns)->capture_default_str();
+  app.add_option("--ack-req-every", o.ack_req_every,
+                 "AckReq on every Nth message only, and whenever fewer than N packets are in flight")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
@@ -215,6 +219,7 @@ std::string build(const Options& o, Built& out) {
   ec.max_qps = o.max_qps;
   ec.ack_every = o.ack_every;
   ec.ack_delay = o.ack_delay_ns;
+  ec.ack_req_every = o.ack_req_every;
   ec.reorder_window = o.reorder_window_ns;
   ec.plane_silent_losses = o.plane_silent_losses;
   ec.seed = o.seed;

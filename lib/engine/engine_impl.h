@@ -103,6 +103,7 @@ struct Qp {
   uint32_t snd_una = 0;
   uint32_t snd_nxt = 0;
   uint32_t psn_tail = 0;  // next PSN a posted WQE will get
+  uint32_t msgs_since_ack_req = 0;
   Nanos srtt = 0;
   Nanos rttvar = 0;
   std::vector<uint32_t> rtx;  // PSNs to resend, FIFO
@@ -286,6 +287,7 @@ struct Engine::Impl {
   void on_data_rocev2(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
   void on_probe(Qp& qp, uint32_t plane, const wire::Packet& p);
   void send_sack(Qp& qp, bool probe_reply, uint16_t probe_id);
+  bool wants_ack_req(Qp& qp, bool retransmit);
   void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
   void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);
   void deliver_imms(Qp& qp);

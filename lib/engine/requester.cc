@@ -133,6 +133,15 @@ void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
   }
 }
 
+bool Engine::Impl::wants_ack_req(Qp& qp, bool retransmit) {
+  if (retransmit || ++qp.msgs_since_ack_req >= cfg.ack_req_every ||
+      psn_diff(qp.snd_nxt, qp.snd_una) < int32_t(cfg.ack_req_every)) {
+    qp.msgs_since_ack_req = 0;
+    return true;
+  }
+  return false;
+}
+
 bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   TxPkt& t = qp.win[psn & qp.win_mask];
   const SqEntry& e = qp.sq[t.sq_index & qp.sq_mask];
@@ -174,7 +183,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   BthRef bth = m.bth();
   bth.set_dest_qp(qp.attr.dest_qpn);
   bth.set_psn(psn);
-  bth.set_ack_req(last);
+  bth.set_ack_req(last && wants_ack_req(qp, retransmit));
   if (mrc) {
     bth.set_rtx(retransmit);
     m.meth().set_msn(e.msn);

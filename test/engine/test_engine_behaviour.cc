@@ -693,3 +693,33 @@ TEST_CASE("a WRITE_IMM completion sees its own bytes even when buffers are reuse
     CHECK(bad == 0);
   }
 }
+
+TEST_CASE("AckReq on every Nth message cuts the ACKs many small messages draw, but not a lone message's latency") {
+  auto acks_for_burst = [](uint32_t ack_req_every, Nanos& lone_latency) {
+    sim::TestNet::Config cfg = basic();
+    cfg.engine_template.ack_req_every = ack_req_every;
+    cfg.engine_template.ack_every = 16;
+    cfg.engine_template.ack_delay = 50'000;  // far above the RTT, so waiting for it shows
+    Pair p(cfg);
+    for (uint64_t i = 0; i < 64; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 64, i * 64)) == 0);
+    p.net.run_until_idle(p.net.now() + 10'000'000);
+    REQUIRE(p.net.completions(0).size() == 64);
+    for (const auto& c : p.net.completions(0)) CHECK(c.status == WcStatus::success);
+    CHECK(std::memcmp(p.src.data(), p.dst.data(), 64 * 64) == 0);
+    const uint64_t acks = p.info(1).ctr[QpCtr::tx_acks];
+    const Nanos t0 = p.net.now();
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(100, 64, 8192)) == 0);
+    p.net.run_until_idle(t0 + 10'000'000);
+    REQUIRE(p.net.completions(0).size() == 65);
+    lone_latency = p.net.now() - t0;
+    return acks;
+  };
+  Nanos lone_every = 0, lone_8th = 0;
+  const uint64_t acks_every = acks_for_burst(1, lone_every);
+  const uint64_t acks_8th = acks_for_burst(8, lone_8th);
+  INFO("ACKs for 64 messages: " << acks_every << " with AckReq on each, " << acks_8th << " on every 8th");
+  CHECK(acks_every >= 32);
+  CHECK(acks_8th <= 8 + 64 / 8);  // the first 8 leave with fewer than 8 in flight
+  CHECK(lone_8th < 25'000);  // acknowledged on AckReq, not after ack_delay
+  CHECK(lone_8th <= lone_every + 1000);
+}
