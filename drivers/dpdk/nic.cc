@@ -123,9 +123,17 @@ struct Shard::Impl final : engine::Env {
   // Ports whose PMD unmaps its rings from another thread when the peer goes
   // away (memif): touched only while their link reads up.
   std::array<bool, engine::kMaxPlanes> gate_on_link{};
-  // Refreshed once per loop iteration, just before the bursts.
+  // Refreshed at most every kLinkCheckNs, before the bursts: a read per
+  // plane per iteration was a few percent of a small-message run, and the
+  // fault guard covers a peer that leaves between two reads.
+  static constexpr Nanos kLinkCheckNs = 10'000;
   std::array<bool, engine::kMaxPlanes> usable{};
-  void refresh_usable(uint32_t planes) {
+  Nanos links_read_at = 0;
+  bool links_read = false;
+  void refresh_usable(uint32_t planes, Nanos at) {
+    if (links_read && at - links_read_at < kLinkCheckNs) return;
+    links_read = true;
+    links_read_at = at;
     for (uint32_t p = 0; p < planes; ++p) {
       rte_eth_link link;
       const bool up =
@@ -501,7 +509,7 @@ unsigned Shard::run_once(Nanos now) {
   I.now = now;
   serve_mailbox();
   I.now = now;
-  I.refresh_usable(dev_.num_planes());
+  I.refresh_usable(dev_.num_planes(), now);
   // The app first: receives a host posted before its peer sent must be in
   // the engine before that peer's WRITE_IMM is processed.
   if (app_ && app_->on_poll(*this, now)) I.deadline = 0;
@@ -552,7 +560,8 @@ unsigned Shard::run_once(Nanos now) {
 void Shard::flush_all(Nanos now) {
   Impl& I = *impl_;
   I.now = now;
-  I.refresh_usable(dev_.num_planes());
+  I.links_read = false;  // a final flush reads the links afresh
+  I.refresh_usable(dev_.num_planes(), now);
   for (uint32_t p = 0; p < dev_.num_planes(); ++p) {
     auto& t = I.tx[p];
     while (t.delay_len) {
