@@ -41,6 +41,8 @@ struct Options {
   double host_rate_gbps = 100, fabric_rate_gbps = 100;
   double host_delay_ns = 500, fabric_delay_ns = 500;
   uint32_t host_queue_bytes = 1 << 20, fabric_queue_bytes = 1 << 20;
+  // What a NIC stages per port ahead of the wire: 4 frames of a 4 KB MTU.
+  uint32_t host_tx_bytes = 16384;
   uint32_t ecn_min_bytes = 0, ecn_max_bytes = 0;
   uint32_t trim_bytes = 0;
   double loss = 0, corrupt = 0, duplicate = 0;
@@ -480,6 +482,7 @@ int Sim::run() {
   };
   fc.host_link = link(o_.host_rate_gbps, o_.host_delay_ns, o_.host_queue_bytes, o_.host_link_impairments);
   fc.fabric_link = link(o_.fabric_rate_gbps, o_.fabric_delay_ns, o_.fabric_queue_bytes, true);
+  fc.host_tx_stage_bytes = o_.host_tx_bytes;
   fc.engine_template.transport = transport();
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
   fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
@@ -737,6 +740,9 @@ int main(int argc, char** argv) {
   app.add_option("--fabric-delay-ns", o.fabric_delay_ns)->capture_default_str();
   app.add_option("--host-queue-bytes", o.host_queue_bytes)->capture_default_str();
   app.add_option("--fabric-queue-bytes", o.fabric_queue_bytes)->capture_default_str();
+  app.add_option("--host-tx-bytes", o.host_tx_bytes,
+                 "most a NIC keeps queued on each port, the rest waiting in its send queues (0: half the host queue)")
+      ->capture_default_str();
   app.add_option("--ecn-min-bytes", o.ecn_min_bytes)->capture_default_str();
   app.add_option("--ecn-max-bytes", o.ecn_max_bytes, "0 disables ECN marking")->capture_default_str();
   app.add_option("--trim-bytes", o.trim_bytes, "0 disables trimming")->capture_default_str();

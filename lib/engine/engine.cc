@@ -356,7 +356,9 @@ void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
   } else if (p.at.flags & kOpCnp) {
     I.on_cnp(*qp, now);
   }
-  I.poll_qp(*qp, now);
+  // Its timers and ACKs now; what it may send waits for poll(), whose
+  // scheduler shares the ports between QPs.
+  I.service_qp(*qp, now);
 }
 
 // Endpoint requests are connectionless: a port status update names the
@@ -407,7 +409,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
 // ---------------------------------------------------------------------------
 // Timers and transmit
 
-void Engine::Impl::poll_qp(Qp& qp, Nanos now) {
+void Engine::Impl::service_qp(Qp& qp, Nanos now) {
   if (qp.ack_now || (qp.unacked_pkts && now >= qp.ack_deadline)) send_sack(qp, false, 0);
   if (qp.state != QpState::rts) return;
   if (qp.snd_una != qp.snd_nxt && now >= qp.rto_deadline) on_rto(qp, now);
@@ -415,15 +417,36 @@ void Engine::Impl::poll_qp(Qp& qp, Nanos now) {
   if (qp.snd_una != qp.snd_nxt && now >= qp.rack_timer_at) on_rack_timer(qp, now);
   if (qp.snd_una != qp.snd_nxt && now >= qp.tlp_at) send_tlp(qp, now);
   if (now >= qp.next_probe_at) send_probes(qp, now);
-  transmit(qp, now, 64);
+}
+
+// The QP scheduler: QPs with data and window take turns, tx_burst packets
+// each, from a rotating first QP, until none can send or each has had
+// tx_budget. QPs of one host compete for its ports' TX room; serving them
+// in list order let the first ones take it all, so a flow's QPs finished up
+// to 200 us apart and its last QPs, alone, could not fill the ports.
+void Engine::Impl::transmit_round_robin(Nanos now) {
+  const size_t n = active_qps.size();
+  if (n == 0) return;
+  const uint32_t burst = std::max<uint32_t>(1, cfg.tx_burst);
+  const size_t first = tx_rotor++ % n;
+  for (uint32_t given = 0; given < cfg.tx_budget; given += burst) {
+    uint32_t sent = 0;
+    for (size_t k = 0; k < n; ++k) {
+      Qp& qp = qps[active_qps[(first + k) % n] - first_qpn];
+      sent += transmit(qp, now, std::min(burst, cfg.tx_budget - given));
+    }
+    if (sent == 0) return;
+  }
 }
 
 void Engine::poll(Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
+  // Index loop: servicing may activate QPs (appended).
+  for (size_t i = 0; i < I.active_qps.size(); ++i) I.service_qp(I.qps[I.active_qps[i] - I.first_qpn], now);
+  I.transmit_round_robin(now);
   for (size_t i = 0; i < I.active_qps.size();) {
     Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
-    I.poll_qp(qp, now);
     const bool idle = qp.state != QpState::rts && qp.state != QpState::rtr
                           ? true
                           : qp.snd_una == qp.snd_nxt && qp.rtx_head == qp.rtx_tail && qp.sq_send == qp.sq_tail &&

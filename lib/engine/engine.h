@@ -65,6 +65,13 @@ struct EngineConfig {
   // flight, an ACK per message costs the requester a received frame per
   // message; the responder's ack_every and ack_delay cover the others.
   uint32_t ack_req_every = 1;
+  // EV choice within a plane: the less loaded of two random EVs (by
+  // packets in flight) rather than one random EV.
+  bool ev_two_choices = true;
+  // QP scheduler: each poll, QPs that can send take turns of tx_burst
+  // packets until none can or each has sent tx_budget.
+  uint32_t tx_burst = 4;
+  uint32_t tx_budget = 64;
   // Lost-packet detection: a packet is lost once one sent this much later
   // has been acknowledged (RACK-style; spraying reorders).
   Nanos reorder_window = 4000;

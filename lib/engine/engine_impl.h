@@ -67,6 +67,7 @@ struct Ev {
   EvState state = EvState::good;
   bool active = false;
   uint32_t skip_until = 0;  // plane pick count at which SKIP ends
+  uint32_t inflight = 0;    // packets sent on it, neither acknowledged nor declared lost
   Nanos probe_at = kNever;  // next probe, for ASSUMED_BAD EVs
   Nanos probe_backoff = 0;
   uint64_t drops = 0;  // losses since the last GOOD<->ASSUMED_BAD event
@@ -225,6 +226,7 @@ struct Engine::Impl {
   std::vector<uint32_t> active_qps;
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
+  uint32_t tx_rotor = 0;                       // where the next round-robin transmit pass starts
   Nanos last_now = 0;                          // the latest time the engine was called with
   uint32_t first_qpn = kFirstQpn;
   static constexpr uint32_t kFirstQpn = 0x10;  // below: reserved (QPN 2 is the endpoint QP)
@@ -252,13 +254,15 @@ struct Engine::Impl {
   // Builds a control frame to the QP's peer on `plane` and sends it.
   template <class Fill>
   bool send_ctrl(Qp& qp, uint32_t plane, uint8_t opcode, uint32_t ev, uint32_t psn, Fill&& fill);
-  void poll_qp(Qp& qp, Nanos now);
+  // Timers and ACKs of one QP; what it sends is left to poll()'s scheduler.
+  void service_qp(Qp& qp, Nanos now);
+  void transmit_round_robin(Nanos now);
   Nanos qp_deadline(const Qp& qp) const;
   bool qp_wants_tx(const Qp& qp) const;
 
   // requester.cc
   int post_send(Qp& qp, const SendWr& wr);
-  void transmit(Qp& qp, Nanos now, uint32_t budget);
+  uint32_t transmit(Qp& qp, Nanos now, uint32_t budget);  // packets sent
   bool send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now);
   void on_sack(Qp& qp, const wire::Packet& p, Nanos now);
   void on_nack(Qp& qp, const wire::Packet& p, Nanos now);
@@ -298,7 +302,8 @@ struct Engine::Impl {
 
   // spray.cc
   void build_evs(Qp& qp);
-  int pick_ev(Qp& qp, int avoid_ev);
+  // need_room: only planes with TX room (data); control frames need none.
+  int pick_ev(Qp& qp, int avoid_ev, bool need_room = true);
   // `sent_at`: when the lost packet was sent.
   void ev_lost(Qp& qp, uint16_t ev, Nanos sent_at, Nanos now);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);

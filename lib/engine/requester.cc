@@ -91,10 +91,11 @@ Nanos Engine::Impl::rto_for(const Qp& qp) const {
   return qp.rto_base > (kMaxRto >> shift) ? kMaxRto : qp.rto_base << shift;
 }
 
-void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
-  if (qp.state != QpState::rts) return;
+uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
+  if (qp.state != QpState::rts) return 0;
+  uint32_t sent = 0;
   while (budget--) {
-    if (qp.cc->next_send_time() > now) return;
+    if (qp.cc->next_send_time() > now) return sent;
     if (qp.rtx_head != qp.rtx_tail) {
       const uint32_t psn = qp.rtx[qp.rtx_head & qp.win_mask];
       TxPkt& t = qp.win[psn & qp.win_mask];
@@ -103,25 +104,27 @@ void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
         ++qp.rtx_head;
         continue;
       }
-      if (!window_open(qp, t.len) || !send_data(qp, psn, true, now)) return;
+      if (!window_open(qp, t.len) || !send_data(qp, psn, true, now)) return sent;
       ++qp.rtx_head;
+      ++sent;
       continue;
     }
-    if (qp.sq_send == qp.sq_tail) return;
+    if (qp.sq_send == qp.sq_tail) return sent;
     SqEntry& e = qp.sq[qp.sq_send & qp.sq_mask];
-    if (e.error != WcStatus::success) return;  // waits for complete_acked_wqes
-    if (psn_diff(qp.snd_nxt, qp.snd_una) >= int32_t(qp.window_psns)) return;
+    if (e.error != WcStatus::success) return sent;  // waits for complete_acked_wqes
+    if (psn_diff(qp.snd_nxt, qp.snd_una) >= int32_t(qp.window_psns)) return sent;
     const uint32_t offset = e.sent_pkts * qp.attr.pmtu;
     const uint32_t len = std::min(qp.attr.pmtu, e.wr.length - std::min(e.wr.length, offset));
-    if (!window_open(qp, len)) return;
+    if (!window_open(qp, len)) return sent;
     const bool imm = e.wr.opcode == WrOpcode::rdma_write_with_imm;
-    if (imm && e.sent_pkts == 0 && qp.wimm_inflight >= qp.attr.max_wimm) return;
+    if (imm && e.sent_pkts == 0 && qp.wimm_inflight >= qp.attr.max_wimm) return sent;
     TxPkt& t = qp.win[qp.snd_nxt & qp.win_mask];
     t = TxPkt{};
     t.sq_index = qp.sq_send;
     t.offset = offset;
     t.len = len;
-    if (!send_data(qp, qp.snd_nxt, false, now)) return;
+    if (!send_data(qp, qp.snd_nxt, false, now)) return sent;
+    ++sent;
     if (imm && e.sent_pkts == 0) ++qp.wimm_inflight;
     const bool was_idle = qp.snd_una == qp.snd_nxt;
     qp.snd_nxt = psn_add(qp.snd_nxt, 1);
@@ -131,6 +134,7 @@ void Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
     }
     if (++e.sent_pkts == e.npkts) ++qp.sq_send;
   }
+  return sent;
 }
 
 bool Engine::Impl::wants_ack_req(Qp& qp, bool retransmit) {
@@ -208,6 +212,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   qp.inflight_bytes += t.len;
   ++qp.plane_inflight[plane];
   Ev& evr = qp.evs[ev];
+  ++evr.inflight;
   if (retransmit) {
     evr.ctr.inc(EvCtr::rtx_pkts);
     qp.ctr.inc(QpCtr::tx_retransmits);
@@ -278,6 +283,7 @@ void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t) {
   if (!(t.flags & kPktInFlight)) return;
   qp.inflight_bytes -= t.len;
   --qp.plane_inflight[qp.evs[t.ev].plane];
+  --qp.evs[t.ev].inflight;
   t.flags &= ~kPktInFlight;
 }
 
@@ -311,7 +317,7 @@ void Engine::Impl::on_rack_timer(Qp& qp, Nanos now) {
   const uint32_t queued = qp.rtx_tail;
   detect_losses(qp, qp.rack_end, now, true);
   if (qp.rtx_tail == queued) return;
-  arm_tlp(qp, now);  // the probe now also covers the resent packets; poll_qp sends them next
+  arm_tlp(qp, now);  // the probe now also covers the resent packets; poll() sends them next
 }
 
 void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
@@ -407,7 +413,10 @@ void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
   // news comes: otherwise that tail waits out the whole timeout.
   if (qp.tlp_backoff < 16) ++qp.tlp_backoff;
   qp.tlp_at = now + tlp_timeout(qp);
-  const int ev = pick_ev(qp, -1);
+  // A probe is a control frame, like the SACKs that need no TX room: if
+  // it waited for room behind data, a QP with a full pipe could back its
+  // probe off until the timeout fired.
+  const int ev = pick_ev(qp, -1, false);
   if (ev < 0) return;
   const bool sent = send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
                               [&](const MutablePacket& m) {
@@ -579,6 +588,7 @@ void Engine::Impl::flush(Qp& qp, WcStatus cause, uint32_t culprit) {
   qp.rtx_head = qp.rtx_tail = 0;
   qp.inflight_bytes = 0;
   qp.plane_inflight.fill(0);
+  for (Ev& ev : qp.evs) ev.inflight = 0;
   qp.wimm_inflight = 0;
   qp.unacked_pkts = 0;
   qp.ack_now = false;

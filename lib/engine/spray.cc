@@ -72,17 +72,26 @@ void Engine::Impl::refresh_spray_planes(Qp& qp) {
 }
 
 // A plane with TX room and the fewest packets in flight, then a
-// pseudo-random EV of its spray set that is not skipping. Choosing at send
-// time, not enqueue time, keeps packets off planes that cannot take them.
-int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
+// pseudo-random EV of its spray set that is not skipping (the less loaded of
+// two with ev_two_choices). Choosing at send time, not enqueue time, keeps
+// packets off planes that cannot take them. A resend (avoid_ev >= 0) avoids
+// its last EV's plane when it can.
+int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
   if (cfg.transport == Transport::rocev2) {
     const uint32_t p = qp.rocev2_plane;
-    return plane_up[p] && env.tx_room(p) ? 0 : -1;
+    return plane_up[p] && (!need_room || env.tx_room(p)) ? 0 : -1;
   }
   // The least-loaded usable plane; only the winner is asked for TX room,
-  // and the others only if it has none (rare: the host drains its queues).
+  // and the others only if it has none.
   const uint32_t planes = cfg.num_planes;
-  const uint32_t usable = usable_planes(qp);
+  uint32_t usable = usable_planes(qp);
+  // A resend goes on another plane when there is one: the one that lost it
+  // may have failed, and the same plane again risks the same fate (a tail
+  // packet lost twice on a dead plane waits for the timeout).
+  if (avoid_ev >= 0) {
+    const uint32_t other = usable & ~(1u << qp.evs[avoid_ev].plane);
+    if (other) usable = other;
+  }
   if (++qp.pick_rotor >= planes) qp.pick_rotor = 0;  // rotates ties between planes
   int best = -1;
   uint32_t best_load = ~0u;
@@ -92,7 +101,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
       best_load = qp.plane_inflight[p];
     }
   }
-  if (best >= 0 && env.tx_room(best) == 0) {
+  if (best >= 0 && need_room && env.tx_room(best) == 0) {
     best = -1;
     best_load = ~0u;
     for (uint32_t p = 0; p < planes; ++p) {
@@ -106,24 +115,32 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev) {
   auto& set = qp.active[best];
   const uint32_t picks = ++qp.plane_picks[best];
   const uint32_t n = static_cast<uint32_t>(set.size());
-  uint32_t i = rng.below(n);
-  int fallback = -1;
-  for (uint32_t k = 0; k < n; ++k, i = i + 1 == n ? 0 : i + 1) {
-    Ev& ev = qp.evs[set[i]];
-    if (ev.state == EvState::skip) {
-      if (picks < ev.skip_until) {
-        if (fallback < 0) fallback = set[i];
+  // The first EV from a random start that is not skipping (nor avoided).
+  auto scan = [&](uint32_t i) {
+    int fallback = -1;
+    for (uint32_t k = 0; k < n; ++k, i = i + 1 == n ? 0 : i + 1) {
+      Ev& ev = qp.evs[set[i]];
+      if (ev.state == EvState::skip) {
+        if (picks < ev.skip_until) {
+          if (fallback < 0) fallback = set[i];
+          continue;
+        }
+        ev.state = EvState::good;  // one rotation has passed
+      }
+      if (set[i] == avoid_ev && n > 1) {
+        fallback = set[i];
         continue;
       }
-      ev.state = EvState::good;  // one rotation has passed
+      return static_cast<int>(set[i]);
     }
-    if (set[i] == avoid_ev && n > 1) {
-      fallback = set[i];
-      continue;
-    }
-    return set[i];
-  }
-  return fallback;  // every EV of the plane is skipping: use one anyway
+    return fallback;  // every EV of the plane is skipping: use one anyway
+  };
+  const int a = scan(rng.below(n));
+  if (!cfg.ev_two_choices || a < 0 || n < 2) return a;
+  // Two random choices, the one with fewer packets in flight: a path whose
+  // queues hold packets longer keeps more of them out, so it is chosen less.
+  const int b = scan(rng.below(n));
+  return b >= 0 && qp.evs[b].inflight < qp.evs[a].inflight ? b : a;
 }
 
 void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
@@ -235,13 +252,17 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
 }
 
 // Probes every ASSUMED_BAD EV that is due, doubling its interval each time
-// it stays silent, and works out when the next probe is due.
+// it stays silent, and works out when the next probe is due. A probe is a
+// control frame and, like a SACK, does not wait for TX room behind data:
+// waiting kept EVs that a late packet had taken out of service out for
+// another probe interval (seed 1: permutation 0.862 -> 0.878 of ideal,
+// 1 % loss 66 -> 74 Tb/s).
 void Engine::Impl::send_probes(Qp& qp, Nanos now) {
   Nanos next = kNever;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     Ev& ev = qp.evs[i];
     if (ev.state != EvState::assumed_bad) continue;
-    if (ev.probe_at <= now && plane_up[ev.plane] && env.tx_room(ev.plane)) {
+    if (ev.probe_at <= now && plane_up[ev.plane]) {
       const bool sent =
           send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
             m.peth().set_type(kPethType);
@@ -256,7 +277,7 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
       ev.probe_backoff = std::min(ev.probe_backoff * 2, cfg.probe_interval_max);
       ev.probe_at = now + ev.probe_backoff;
     } else if (ev.probe_at <= now) {
-      ev.probe_at = now + cfg.probe_interval;  // plane down or full: try again later
+      ev.probe_at = now + cfg.probe_interval;  // plane down: try again later
     }
     next = std::min(next, ev.probe_at);
   }

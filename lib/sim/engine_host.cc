@@ -16,19 +16,26 @@ constexpr uint32_t kFrameBufferBytes = 4096 + 256;
 constexpr uint32_t kRoomFrameBytes = 4096 + 128;
 constexpr uint64_t kEngineSeedTag = 0x656E67696E65;  // "engine"
 
-// The uplink takes frames until its queue is half full, leaving the other
-// half to absorb a burst the engine commits to before it sees the room shrink.
-// An empty queue always takes one frame, or a small queue would stall the host.
-uint64_t room_threshold(const Link& up) {
+// How much a host may have queued on its uplink: `stage` bytes (the NIC's
+// egress staging per port), never more than half the queue, leaving the
+// other half to absorb a burst the engine commits to before it sees the room
+// shrink. An empty queue always takes one frame, or a small limit would
+// stall the host.
+uint64_t tx_limit(const Link& up, uint32_t stage) {
   const uint64_t half = up.params().queue_bytes / 2;
-  return half > kRoomFrameBytes ? half - kRoomFrameBytes : 0;
+  return stage ? std::min<uint64_t>(stage, half) : half;
 }
 
-uint32_t uplink_room(const Link& up) {
-  const uint64_t half = up.params().queue_bytes / 2;
+uint64_t room_threshold(const Link& up, uint32_t stage) {
+  const uint64_t limit = tx_limit(up, stage);
+  return limit > kRoomFrameBytes ? limit - kRoomFrameBytes : 0;
+}
+
+uint32_t uplink_room(const Link& up, uint32_t stage) {
+  const uint64_t limit = tx_limit(up, stage);
   const uint64_t queued = up.queued_bytes();
-  if (queued == 0) return static_cast<uint32_t>(std::max<uint64_t>(1, half / kRoomFrameBytes));
-  return queued < half ? static_cast<uint32_t>((half - queued) / kRoomFrameBytes) : 0;
+  if (queued == 0) return static_cast<uint32_t>(std::max<uint64_t>(1, limit / kRoomFrameBytes));
+  return queued < limit ? static_cast<uint32_t>((limit - queued) / kRoomFrameBytes) : 0;
 }
 
 }  // namespace
@@ -41,7 +48,9 @@ class EngineHosts::Host final : public engine::Env {
     for (auto& f : pending_) f = FramePool::take(kFrameBufferBytes);
   }
 
-  uint32_t tx_room(uint32_t plane) override { return plane < uplinks_.size() ? uplink_room(*uplinks_[plane]) : 0; }
+  uint32_t tx_room(uint32_t plane) override {
+    return plane < uplinks_.size() ? uplink_room(*uplinks_[plane], hosts_.tx_stage_bytes_) : 0;
+  }
 
   // The engine writes each frame straight into the buffer that travels.
   std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
@@ -141,7 +150,8 @@ void EngineHosts::rearm(Host& host) {
   // wanted another plane, it is window- or pace-bound and its deadline covers it.
   if (e.wants_tx()) {
     for (const Link* up : host.uplinks_) {
-      if (uplink_room(*up) == 0) t = std::min(t, up->time_queued_at_most(room_threshold(*up)));
+      if (uplink_room(*up, tx_stage_bytes_) == 0)
+        t = std::min(t, up->time_queued_at_most(room_threshold(*up, tx_stage_bytes_)));
     }
   }
   if (t == kNever) return;

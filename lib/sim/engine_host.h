@@ -70,6 +70,11 @@ class EngineHosts {
   uint32_t size() const { return static_cast<uint32_t>(hosts_.size()); }
   engine::Engine& engine(uint32_t h);
 
+  // The most a host keeps queued on each uplink (0: half the queue). A NIC
+  // stages a few frames per port and keeps the rest in its send queues,
+  // where the QP scheduler and EV choice still have a say; a deep host
+  // queue adds its delay to every RTT and to the ACKs queued behind it.
+  void set_tx_stage_bytes(uint32_t bytes) { tx_stage_bytes_ = bytes; }
   void set_completion_hook(CompletionHook hook) { hook_ = std::move(hook); }
   void set_tx_tap(TxTap tap) { tap_ = std::move(tap); }
 
@@ -96,6 +101,7 @@ class EngineHosts {
 
   EventLoop& loop_;
   Observers observers_;
+  uint32_t tx_stage_bytes_ = 0;
   CompletionHook hook_;
   TxTap tap_;
   std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them

@@ -116,6 +116,7 @@ Fabric::Fabric(const Config& cfg)
     }
   }
 
+  hosts_.set_tx_stage_bytes(cfg_.host_tx_stage_bytes);
   for (uint32_t h = 0; h < H; ++h) {
     std::vector<Link*> ups;
     for (uint32_t p = 0; p < P; ++p) ups.push_back(&uplink(h, p));
@@ -163,8 +164,11 @@ void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame) {
   spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame));
 }
 
+// The NIC is not told (a port status update is the caller's business), so
+// its port stays up and keeps sending at line rate into the dead link: a
+// failed plane must not drain faster than a live one, or it looks free.
 void Fabric::set_host_link_up(uint32_t h, uint32_t p, bool up) {
-  uplink(h, p).set_up(up);
+  uplink(h, p).set_blackhole(!up);
   downlink(h, p).set_up(up);
 }
 

@@ -35,6 +35,7 @@ class Fabric {
     double oversubscription = 1.0;
     LinkParams host_link;    // host <-> leaf, both directions
     LinkParams fabric_link;  // leaf <-> spine, both directions
+    uint32_t host_tx_stage_bytes = 0;  // EngineHosts::set_tx_stage_bytes
     uint64_t seed = 1;
     // num_planes, planes and seed are filled in per host.
     engine::EngineConfig engine_template;

@@ -48,6 +48,11 @@ void Link::set_up(bool up) {
   params_.up = up;
 }
 
+void Link::set_blackhole(bool on) {
+  if (on && !blackhole_) ++epoch_;
+  blackhole_ = on;
+}
+
 void Link::set_params(const LinkParams& params) {
   const bool was_up = params_.up;
   params_ = params;
@@ -113,6 +118,11 @@ void Link::send(std::vector<uint8_t> frame) {
   queue_.push_back({busy_until_ps_, static_cast<uint32_t>(frame.size())});
   queue_total_ += frame.size();
   Nanos arrive = ps_to_ns_ceil(busy_until_ps_) + params_.delay_ns;
+  if (blackhole_) {
+    ++ctr_.dropped_down;
+    FramePool::give(std::move(frame));
+    return;
+  }
 
   // Wire impairments happen after the queue: a lost frame still used the link.
   if (params_.loss > 0 && uniform() < params_.loss) {

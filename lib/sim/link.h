@@ -85,6 +85,11 @@ class Link {
   // Taking a link down empties its queue and loses every frame in flight.
   void set_up(bool up);
   bool up() const { return params_.up; }
+  // A black hole: frames are still queued and serialized at line rate but
+  // never arrive, as behind a port whose own link stays up while the switch
+  // beyond has died. Frames in flight when it starts are lost too.
+  void set_blackhole(bool on);
+  bool blackhole() const { return blackhole_; }
   const LinkParams& params() const { return params_; }
   // New parameters apply to frames sent from now on; `up` goes through set_up().
   void set_params(const LinkParams& params);
@@ -129,6 +134,7 @@ class Link {
   uint64_t queue_total_ = 0;  // bytes in queue_
   uint64_t busy_until_ps_ = 0;
   uint64_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
+  bool blackhole_ = false;
   LinkCounters ctr_;
 };
 
