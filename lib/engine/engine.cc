@@ -309,6 +309,7 @@ bool Engine::Impl::is_local_ip(const IpAddr& ip, uint32_t plane) const { return 
 void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
+  I.full_planes = 0;
   I.ctr.inc(DevCtr::rx_frames);
   if (plane >= I.cfg.num_planes) return I.ctr.inc(DevCtr::rx_drop_bad_plane);
   Packet p;
@@ -442,6 +443,7 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
 void Engine::poll(Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
+  I.full_planes = 0;
   // Index loop: servicing may activate QPs (appended).
   for (size_t i = 0; i < I.active_qps.size(); ++i) I.service_qp(I.qps[I.active_qps[i] - I.first_qpn], now);
   I.transmit_round_robin(now);

@@ -79,7 +79,7 @@ void Engine::Impl::refresh_spray_planes(Qp& qp) {
 int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
   if (cfg.transport == Transport::rocev2) {
     const uint32_t p = qp.rocev2_plane;
-    return plane_up[p] && (!need_room || env.tx_room(p)) ? 0 : -1;
+    return plane_up[p] && (!need_room || has_room(p)) ? 0 : -1;
   }
   // The least-loaded usable plane; only the winner is asked for TX room,
   // and the others only if it has none.
@@ -101,11 +101,11 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
       best_load = qp.plane_inflight[p];
     }
   }
-  if (best >= 0 && need_room && env.tx_room(best) == 0) {
+  if (best >= 0 && need_room && !has_room(best)) {
     best = -1;
     best_load = ~0u;
     for (uint32_t p = 0; p < planes; ++p) {
-      if (((usable >> p) & 1) && qp.plane_inflight[p] < best_load && env.tx_room(p) > 0) {
+      if (((usable >> p) & 1) && qp.plane_inflight[p] < best_load && has_room(p)) {
         best = static_cast<int>(p);
         best_load = qp.plane_inflight[p];
       }
