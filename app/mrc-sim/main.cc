@@ -41,7 +41,7 @@ struct Options {
   double host_rate_gbps = 100, fabric_rate_gbps = 100;
   double host_delay_ns = 500, fabric_delay_ns = 500;
   uint32_t host_queue_bytes = 1 << 20, fabric_queue_bytes = 1 << 20;
-  // What a NIC stages per port ahead of the wire: 4 frames of a 4 KB MTU.
+  // What a NIC stages per port ahead of the wire: 3 frames of a 4 KB MTU.
   uint32_t host_tx_bytes = 16384;
   uint32_t ecn_min_bytes = 0, ecn_max_bytes = 0;
   uint32_t trim_bytes = 0;
@@ -118,9 +118,10 @@ struct FlowRun {
 constexpr uint64_t kSrcIova = 0x100000000ull;
 constexpr uint64_t kDstIova = 0x800000000ull;
 constexpr uint32_t kSrcShift = 64;  // message i reads from offset (i % 64) * 64
-// Each QP reads its own window of one shared pattern, starting somewhere in
-// the first kPatternSpread bytes, so flows still carry different bytes.
-constexpr uint32_t kPatternSpread = 1 << 16;
+// QP g reads its window of one shared pattern from g * kQpStride: more than
+// the 63 shifts a window's messages use, so no two QPs' messages start at
+// the same byte and a misplaced message cannot match by accident.
+constexpr uint32_t kQpStride = 65 * kSrcShift;
 constexpr uint32_t kRecvWindow = 32;
 constexpr Nanos kStart = 1000;
 
@@ -247,14 +248,14 @@ bool Sim::setup_qp(QpRun& q, uint32_t gi) {
   const uint32_t m = max_msg();
   const size_t window = size_t(m) + kSrcShift * 64;
   if (pattern_.empty()) {
-    pattern_.resize(window + kPatternSpread);
+    pattern_.resize(window + qps_.size() * kQpStride);
     uint64_t r = mix(o_.seed);
     for (size_t i = 0; i < pattern_.size(); i += 8) {
       r = mix(r);
       std::memcpy(pattern_.data() + i, &r, std::min<size_t>(8, pattern_.size() - i));
     }
   }
-  q.src_data = pattern_.data() + mix(o_.seed ^ (uint64_t(gi) << 20)) % kPatternSpread;
+  q.src_data = pattern_.data() + size_t(gi) * kQpStride;
   q.dst_buf.assign(size_t(m) * std::max(o_.outstanding, 1u), 0);
   uint32_t unused = 0;
   if (!net_->engine(q.src).reg_mr(1, const_cast<uint8_t*>(q.src_data), kSrcIova + (uint64_t(gi) << 32 >> 4), window,
@@ -713,8 +714,12 @@ int Sim::run() {
 // tunables only at start-up, hence the restart. A GLIBC_TUNABLES that already
 // names glibc.malloc.hugetlb (=0 turns this off) is left as it is.
 static void restart_with_huge_pages(char** argv) {
+  // Our own marker ends the restarts even where GLIBC_TUNABLES does not
+  // survive exec (secure-execution mode drops it).
+  if (std::getenv("MRC_SIM_RESTARTED")) return;
   const char* cur = std::getenv("GLIBC_TUNABLES");
   if (cur && std::strstr(cur, "glibc.malloc.hugetlb")) return;
+  if (setenv("MRC_SIM_RESTARTED", "1", 1) != 0) return;
   const std::string tunables =
       cur && *cur ? std::string(cur) + ":glibc.malloc.hugetlb=1" : std::string("glibc.malloc.hugetlb=1");
   if (setenv("GLIBC_TUNABLES", tunables.c_str(), 1) != 0) return;

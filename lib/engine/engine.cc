@@ -358,7 +358,8 @@ void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
     I.on_cnp(*qp, now);
   }
   // Its timers and ACKs now; what it may send waits for poll(), whose
-  // scheduler shares the ports between QPs.
+  // scheduler shares the ports between QPs (NAK and timeout resends, which
+  // go at once, excepted).
   I.service_qp(*qp, now);
 }
 
@@ -429,12 +430,13 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
   const size_t n = active_qps.size();
   if (n == 0) return;
   const uint32_t burst = std::max<uint32_t>(1, cfg.tx_burst);
+  const uint32_t budget = std::max(burst, cfg.tx_budget);  // 0 would never send
   const size_t first = tx_rotor++ % n;
-  for (uint32_t given = 0; given < cfg.tx_budget; given += burst) {
+  for (uint32_t given = 0; given < budget; given += burst) {
     uint32_t sent = 0;
     for (size_t k = 0; k < n; ++k) {
       Qp& qp = qps[active_qps[(first + k) % n] - first_qpn];
-      sent += transmit(qp, now, std::min(burst, cfg.tx_budget - given));
+      sent += transmit(qp, now, std::min(burst, budget - given));
     }
     if (sent == 0) return;
   }

@@ -60,8 +60,9 @@ struct EngineConfig {
   uint32_t ack_every = 4;
   Nanos ack_delay = 2000;
   // Requester: AckReq on the last packet of only every ack_req_every-th
-  // message, and whenever fewer than that many packets are in flight (so a
-  // lone message is acknowledged at once). With many small messages in
+  // message, of the last message posted, and whenever fewer than that many
+  // packets are in flight (so a lone message or a burst's tail is
+  // acknowledged at once). With many small messages in
   // flight, an ACK per message costs the requester a received frame per
   // message; the responder's ack_every and ack_delay cover the others.
   uint32_t ack_req_every = 1;

@@ -174,6 +174,10 @@ struct Qp {
   uint32_t unacked_pkts = 0;
   Nanos ack_deadline = kNever;
   bool ack_now = false;
+  // The highest AckReq'd PSN that arrived ahead of a hole: the requester
+  // waits on it, so the SACK that can first cover it cumulatively goes at once.
+  bool ack_req_waiting = false;
+  uint32_t ack_req_psn = 0;
   uint32_t ack_trigger_psn = 0;
   uint32_t ack_trigger_ev = 0;
   uint8_t ack_trigger_plane = 0;
@@ -227,10 +231,11 @@ struct Engine::Impl {
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
   uint32_t tx_rotor = 0;                       // where the next round-robin transmit pass starts
-  // Planes found without TX room in this call into the engine. Room only
-  // shrinks while the engine sends (hosts drain their ports between calls),
-  // so a full port is asked once per call, not once per packet and QP: with
-  // a few frames staged per port, asking was a tenth of a large simulation.
+  // Planes found without TX room in this call into the engine, asked once
+  // per call rather than once per packet and QP (with a few frames staged
+  // per port, asking was a tenth of a large simulation). Room seldom grows
+  // within a call (a NIC may flush a full staging); if it does, the plane
+  // just waits for the next call.
   uint32_t full_planes = 0;
   bool has_room(uint32_t plane) {
     if ((full_planes >> plane) & 1) return false;
@@ -302,7 +307,7 @@ struct Engine::Impl {
   void on_data_rocev2(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
   void on_probe(Qp& qp, uint32_t plane, const wire::Packet& p);
   void send_sack(Qp& qp, bool probe_reply, uint16_t probe_id);
-  bool wants_ack_req(Qp& qp, bool retransmit);
+  bool wants_ack_req(Qp& qp, uint32_t sq_index, bool retransmit);
   void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
   void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);
   void deliver_imms(Qp& qp);

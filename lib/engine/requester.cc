@@ -137,8 +137,9 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
   return sent;
 }
 
-bool Engine::Impl::wants_ack_req(Qp& qp, bool retransmit) {
-  if (retransmit || ++qp.msgs_since_ack_req >= cfg.ack_req_every ||
+bool Engine::Impl::wants_ack_req(Qp& qp, uint32_t sq_index, bool retransmit) {
+  const bool last_posted = sq_index + 1 == qp.sq_tail;  // the tail of a burst waits for no ack_delay
+  if (retransmit || last_posted || ++qp.msgs_since_ack_req >= cfg.ack_req_every ||
       psn_diff(qp.snd_nxt, qp.snd_una) < int32_t(cfg.ack_req_every)) {
     qp.msgs_since_ack_req = 0;
     return true;
@@ -187,7 +188,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   BthRef bth = m.bth();
   bth.set_dest_qp(qp.attr.dest_qpn);
   bth.set_psn(psn);
-  bth.set_ack_req(last && wants_ack_req(qp, retransmit));
+  bth.set_ack_req(last && wants_ack_req(qp, t.sq_index, retransmit));
   if (mrc) {
     bth.set_rtx(retransmit);
     m.meth().set_msn(e.msn);

@@ -120,6 +120,7 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
       break;
     }
   }
+  bool ack_at_once = p.bth().ack_req() || ecn;
   if (d == 0) {
     qp.rcv_cack = psn;
     for (uint32_t next = psn_add(psn, 1); bit_get(qp, next); next = psn_add(next, 1)) {
@@ -127,13 +128,21 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
       qp.rcv_cack = next;
     }
     if (qp.stash_used) deliver_imms(qp);
+    if (qp.ack_req_waiting && psn_le(qp.ack_req_psn, qp.rcv_cack)) {
+      qp.ack_req_waiting = false;
+      ack_at_once = true;
+    }
   } else {
     bit_set(qp, psn);
     ++qp.ooo_count;
     qp.ctr.inc(QpCtr::rx_ooo_pkts);
+    if (p.bth().ack_req() && (!qp.ack_req_waiting || psn_lt(qp.ack_req_psn, psn))) {
+      qp.ack_req_waiting = true;
+      qp.ack_req_psn = psn;
+    }
   }
   trigger();
-  schedule_ack(qp, p.bth().ack_req() || ecn, now);
+  schedule_ack(qp, ack_at_once, now);
 }
 
 // Every WRITE_IMM at or below the cumulative ACK has all earlier packets of

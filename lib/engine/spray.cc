@@ -87,7 +87,11 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
   uint32_t usable = usable_planes(qp);
   // A resend goes on another plane when there is one: the one that lost it
   // may have failed, and the same plane again risks the same fate (a tail
-  // packet lost twice on a dead plane waits for the timeout).
+  // packet lost twice on a dead plane waits for the timeout). It waits for
+  // room there rather than fall back to its own plane: a dead plane drains
+  // at line rate and always has room (silent plane failure, 0.83 -> 0.74 of
+  // ideal with that fallback). A port that stays full loses what it holds,
+  // and its EVs go out of use.
   if (avoid_ev >= 0) {
     const uint32_t other = usable & ~(1u << qp.evs[avoid_ev].plane);
     if (other) usable = other;

@@ -262,6 +262,26 @@ TEST_CASE("Link serializes at line rate, then adds the delay") {
   }
 }
 
+TEST_CASE("A black-holed link still serializes at line rate but delivers nothing, until it heals") {
+  Bench b(clean(), 1);
+  const auto f = make_frame(0);
+  b.link.send(f);
+  b.link.send(f);
+  b.link.set_blackhole(true);  // the two in flight are lost as well
+  for (int i = 0; i < 3; ++i) b.link.send(f);
+  CHECK(b.link.up());                                // the port itself does not know
+  CHECK(b.link.queued_bytes() == 5 * kFrameBytes);  // and drains no faster than a live one
+  CHECK(b.link.drain_time() == 500);
+  b.loop.run_until(1000);
+  CHECK(b.got.empty());
+  CHECK(b.link.counters().dropped_down == 5);
+  b.link.set_blackhole(false);
+  b.link.send(f);
+  CHECK(b.loop.run_until_idle());
+  REQUIRE(b.got.size() == 1);
+  CHECK(b.got[0].t == 1000 + 100 + 500);
+}
+
 TEST_CASE("Link tail-drops what does not fit the queue") {
   Bench b(clean(10 * kFrameBytes), 1);
   const auto f = make_frame(0);
