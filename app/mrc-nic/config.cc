@@ -62,7 +62,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--ack-every", o.ack_every)->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--ack-delay-ns", o.ack_delay_ns)->capture_default_str();
   app.add_option("--ack-req-every", o.ack_req_every,
-                 "AckReq on every Nth message only, and whenever fewer than N packets are in flight")
+                 "AckReq on every Nth message, on the last one posted, and whenever fewer than N packets are in flight")
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();

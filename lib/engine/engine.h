@@ -62,9 +62,9 @@ struct EngineConfig {
   // Requester: AckReq on the last packet of only every ack_req_every-th
   // message, of the last message posted, and whenever fewer than that many
   // packets are in flight (so a lone message or a burst's tail is
-  // acknowledged at once). With many small messages in
-  // flight, an ACK per message costs the requester a received frame per
-  // message; the responder's ack_every and ack_delay cover the others.
+  // acknowledged at once). With many small messages in flight, an ACK per
+  // message costs the requester a received frame per message; the
+  // responder's ack_every and ack_delay cover the others.
   uint32_t ack_req_every = 1;
   // EV choice within a plane: the less loaded of two random EVs (by
   // packets in flight) rather than one random EV.
