@@ -734,3 +734,36 @@ TEST_CASE("AckReq on every Nth message cuts the ACKs small messages draw, but no
   CHECK(eighth.burst_done == 60);
   CHECK(eighth.lone_done == 1);
 }
+
+TEST_CASE("QPs of one host take turns at its ports: two equal messages posted together finish together") {
+  // Returns how far apart the two QPs' completions are.
+  auto spread = [](uint32_t tx_burst) {
+    sim::TestNet::Config cfg = basic(Transport::mrc, 1);
+    cfg.engine_template.tx_burst = tx_burst;
+    cfg.engine_template.tx_budget = 64;
+    Pair p(cfg);
+    const auto second = p.net.connect_qp_pair(0, 1, {}, 1, 1);
+    REQUIRE(second);
+    SendWr a = p.write(1, 256 * 1024, 0), b = p.write(2, 256 * 1024, 256 * 1024);
+    REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, a) == 0);
+    REQUIRE(p.net.engine(0).post_send(second.qpn_a, b) == 0);
+    p.net.poll(0);
+    std::array<Nanos, 2> done{kNever, kNever};
+    for (Nanos t = p.net.now(); t < 5'000'000 && (done[0] == kNever || done[1] == kNever); t += 200) {
+      p.net.run_until(t);
+      for (const auto& c : p.net.completions(0)) {
+        REQUIRE(c.status == WcStatus::success);
+        if (done[c.wr_id - 1] == kNever) done[c.wr_id - 1] = t;
+      }
+    }
+    REQUIRE(done[0] != kNever);
+    REQUIRE(done[1] != kNever);
+    CHECK(std::memcmp(p.src.data(), p.dst.data(), 512 * 1024) == 0);
+    return done[0] > done[1] ? done[0] - done[1] : done[1] - done[0];
+  };
+  const Nanos turns = spread(4), whole_budget = spread(64);
+  INFO("completions apart: " << turns << " ns taking turns of 4 packets, " << whole_budget
+                             << " ns when each QP may send its whole budget at once");
+  CHECK(turns * 2 <= whole_budget);
+  CHECK(turns <= 5000);
+}
