@@ -62,14 +62,14 @@ void Nscc::update_avg_delay(double delay, bool ecn) {
   avg_delay_ = kDelayEwma * sample + (1 - kDelayEwma) * avg_delay_;
 }
 
-bool Nscc::quick_adapt(bool congestion_signal, double delay, Nanos now) {
+bool Nscc::quick_adapt(bool congestion_signal, Nanos now) {
   if (disable_qa_) return false;
   bool hold = false;
   if (congestion_signal && bytes_ignored_ < bytes_to_ignore_) {
     // Sent before the last quick adapt: its marks describe the old window.
     hold = true;
   } else if (static_cast<double>(now) > qa_end_) {
-    if ((trigger_qa_ || delay > qa_threshold_) && achieved_bytes_ < qa_gate_bytes_) {
+    if ((trigger_qa_ || qa_min_delay_ > qa_threshold_) && achieved_bytes_ < qa_gate_bytes_) {
       cwnd_ = std::max(static_cast<double>(achieved_bytes_), mtu_);
       bytes_to_ignore_ = inflight_estimate();
       bytes_ignored_ = 0;
@@ -78,6 +78,7 @@ bool Nscc::quick_adapt(bool congestion_signal, double delay, Nanos now) {
     }
     // A trim or timeout only speaks for the period it was seen in.
     trigger_qa_ = false;
+    qa_min_delay_ = -1;
     achieved_bytes_ = 0;
     qa_end_ = static_cast<double>(now) + base_rtt_ + target_delay_;
   }
@@ -143,9 +144,10 @@ void Nscc::on_ack(const AckSample& s, Nanos now) {
     base_rtt_ = std::min(base_rtt_, static_cast<double>(s.rtt_ns));
     delay = static_cast<double>(s.rtt_ns) - base_rtt_;
     update_avg_delay(delay, s.ecn);
+    qa_min_delay_ = qa_min_delay_ < 0 ? delay : std::min(qa_min_delay_, delay);
   }
 
-  if (quick_adapt(s.ecn, delay, now)) return;
+  if (quick_adapt(s.ecn, now)) return;
 
   if (!s.ecn && delay < target_delay_) {
     fast_or_proportional_increase(s.bytes_acked, delay);
@@ -178,7 +180,7 @@ void Nscc::on_nack(bool trimmed, uint32_t bytes, Nanos now) {
   // RTT of queueing, as htsim does.
   update_avg_delay(base_rtt_, true);
   trigger_qa_ = true;
-  if (quick_adapt(true, 0, now)) return;
+  if (quick_adapt(true, now)) return;
   cwnd_ -= mtu_;
   clamp();
 }
@@ -192,7 +194,7 @@ void Nscc::on_timeout(Nanos now) {
     return;
   }
   trigger_qa_ = true;
-  if (quick_adapt(true, 0, now)) return;
+  if (quick_adapt(true, now)) return;
   cwnd_ -= mtu_;
   clamp();
 }

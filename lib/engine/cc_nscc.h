@@ -39,7 +39,7 @@ class Nscc final : public CongestionControl {
   void update_avg_delay(double delay, bool ecn);
   // Runs the quick-adapt state machine for one piece of feedback. True when
   // the feedback must not move the window (QA fired or the bytes are ignored).
-  bool quick_adapt(bool congestion_signal, double delay, Nanos now);
+  bool quick_adapt(bool congestion_signal, Nanos now);
   void fast_or_proportional_increase(uint32_t acked, double delay);
   void multiplicative_decrease(Nanos now);
   void adjust(Nanos now);
@@ -79,6 +79,11 @@ class Nscc final : public CongestionControl {
   Nanos qa_end_ = 0;
   uint64_t achieved_bytes_ = 0;
   bool trigger_qa_ = false;
+  // The least queueing delay any ACK of this QA period saw (-1: none).
+  // Packets sprayed over many paths, of which one sits behind a hot queue,
+  // report that queue; only when every path is slow is the congestion at
+  // the shared last hop, where collapsing the window is the answer.
+  double qa_min_delay_ = -1;
   uint64_t bytes_to_ignore_ = 0;
   uint64_t bytes_ignored_ = 0;
 

@@ -342,6 +342,21 @@ TEST_CASE("nscc quick adapt collapses cwnd to achieved bytes") {
     CHECK(cc.quick_adapts() == 0);
     CHECK(cc.cwnd() > 90000);
   }
+  SECTION("one ACK of the period came back over an empty path: no collapse") {
+    // Sprayed packets report each path's queue: one slow path is for EV
+    // steering, and only when every ACK of the period is late is the
+    // queue one all paths share.
+    Nscc cc(NsccConfig{}, kMtu, kGbps);
+    cc.on_send(kMtu, 0);
+    cc.on_ack(ack(kMtu, kBase, false), 100);
+    cc.on_ack(ack(kMtu, kBase + 20000, false), 9000);  // 8192 B < 11718 B, as above
+    CHECK(cc.quick_adapts() == 0);
+    CHECK(cc.cwnd() > 90000);
+    // The next period's ACKs are all late: now it fires.
+    cc.on_ack(ack(kMtu, kBase + 20000, false), 12000);
+    cc.on_ack(ack(kMtu, kBase + 20000, false), 18000);
+    CHECK(cc.quick_adapts() == 1);
+  }
   SECTION("delay below qa_threshold and no trim: no collapse") {
     Nscc cc(NsccConfig{}, kMtu, kGbps);
     cc.on_send(kMtu, 0);
