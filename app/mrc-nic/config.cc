@@ -66,6 +66,10 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
+  app.add_option("--reorder-window-growth", o.reorder_window_growth,
+                 "the reorder window may grow to this many times its base after needless resends (1: fixed)")
+      ->check(CLI::Range(1u, 255u))
+      ->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
       ->check(CLI::Range(0u, 65535u))
@@ -221,6 +225,7 @@ std::string build(const Options& o, Built& out) {
   ec.ack_delay = o.ack_delay_ns;
   ec.ack_req_every = o.ack_req_every;
   ec.reorder_window = o.reorder_window_ns;
+  ec.reorder_window_growth = o.reorder_window_growth;
   ec.plane_silent_losses = o.plane_silent_losses;
   ec.seed = o.seed;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";

@@ -76,6 +76,11 @@ struct EngineConfig {
   // Lost-packet detection: a packet is lost once one sent this much later
   // has been acknowledged (RACK-style; spraying reorders).
   Nanos reorder_window = 4000;
+  // The window grows by one base window per round trip in which a resend
+  // proved needless (answered sooner than any round trip: the first copy
+  // was late, not lost), up to this many base windows, and falls back after
+  // 16 round trips without one (RFC 8985 §6.2 step 4). 1 keeps it fixed.
+  uint32_t reorder_window_growth = 2;
   // How often an ASSUMED_BAD EV is probed (doubling per silent probe up to
   // probe_interval_max).
   Nanos probe_interval = 50000;

@@ -16,6 +16,9 @@ namespace mrc::engine {
 
 // Probe id of a reliability (tail-loss) probe; EV probes use the EV index.
 inline constexpr uint16_t kReliabilityProbeId = 0xFFFF;
+// Round trips without a needless resend after which the reorder window
+// falls back to its base (EngineConfig::reorder_window_growth).
+inline constexpr Nanos kReoQuietRtts = 16;
 
 // Memory regions. A key is (random tag << kMrIndexBits) | slot, so lookup is
 // one array access plus a comparison, and keys cannot be guessed.
@@ -124,6 +127,9 @@ struct Qp {
   Nanos rack_timer_at = kNever;
   uint32_t rack_end = 0;
   Nanos min_rtt = kNever;
+  // Base reorder windows in force (EngineConfig::reorder_window_growth).
+  uint8_t reo_mult = 1;
+  Nanos reo_grown_at = 0;
   // Tail-loss probe: a reliability probe (PETH) after a quiet spell, whose
   // reply dates every packet sent before it, so tail losses are found
   // without waiting for the retransmit timeout.
@@ -230,7 +236,8 @@ struct Engine::Impl {
   std::vector<uint32_t> active_qps;
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
-  uint32_t tx_rotor = 0;                       // where the next round-robin transmit pass starts
+  uint32_t tx_rotor = 0;                       // the QP whose turn it is (index into active_qps)
+  uint32_t tx_turn_sent = 0;                   // packets it has sent in this turn
   // Planes found without TX room in this call into the engine, asked once
   // per call rather than once per packet and QP (with a few frames staged
   // per port, asking was a tenth of a large simulation). Room seldom grows
@@ -295,7 +302,8 @@ struct Engine::Impl {
   void complete_acked_wqes(Qp& qp);
   void on_rto(Qp& qp, Nanos now);
   void arm_tlp(Qp& qp, Nanos now);
-  Nanos reorder_window(const Qp& qp) const;
+  Nanos reorder_window(Qp& qp, Nanos now) const;
+  void note_spurious_resend(Qp& qp, Nanos now);
   void send_tlp(Qp& qp, Nanos now);
   Nanos tlp_timeout(const Qp& qp) const;
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
