@@ -382,6 +382,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
       for (uint16_t i = 0; i < qp.evs.size(); ++i) {
         if ((newly_down >> qp.evs[i].plane) & 1) ev_mark(qp, i, EvState::assumed_bad, now, true);
       }
+      if (newly_down) resend_in_flight_on(qp, newly_down, now);
     }
     return;
   }
@@ -545,6 +546,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
       if (qp.evs[i].plane != plane) continue;
       if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);
     }
+    if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
     if (up) {  // probe the plane's EVs back at once
       for (Ev& ev : qp.evs)
         if (ev.plane == plane && ev.state == EvState::assumed_bad) ev.probe_at = now, ev.probe_backoff = 0;

@@ -304,6 +304,7 @@ struct Engine::Impl {
   void arm_tlp(Qp& qp, Nanos now);
   Nanos reorder_window(Qp& qp, Nanos now) const;
   void note_spurious_resend(Qp& qp, Nanos now);
+  void resend_in_flight_on(Qp& qp, uint32_t planes, Nanos now);
   void send_tlp(Qp& qp, Nanos now);
   Nanos tlp_timeout(const Qp& qp) const;
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
