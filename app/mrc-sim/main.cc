@@ -550,7 +550,7 @@ int Sim::run() {
 
   // Summary.
   uint64_t retx = 0, data = 0, completed_msgs = 0;
-  uint64_t rtx_sack = 0, rtx_nack = 0, rtx_rto = 0, rtx_gbn = 0, probes = 0;
+  uint64_t rtx_sack = 0, rtx_nack = 0, rtx_rto = 0, rtx_gbn = 0, rtx_plane_down = 0, rtx_spurious = 0, probes = 0;
   QpInfo qi;
   for (const QpRun& q : qps_) {
     if (net_->engine(q.src).qp_info(q.qpn_req, qi)) {
@@ -560,6 +560,8 @@ int Sim::run() {
       rtx_nack += qi.ctr[QpCtr::rtx_nack];
       rtx_rto += qi.ctr[QpCtr::rtx_rto];
       rtx_gbn += qi.ctr[QpCtr::rtx_go_back_n];
+      rtx_plane_down += qi.ctr[QpCtr::rtx_plane_down];
+      rtx_spurious += qi.ctr[QpCtr::rtx_spurious];
       probes += qi.ctr[QpCtr::tx_probes];
     }
     completed_msgs += q.completed;
@@ -644,8 +646,10 @@ int Sim::run() {
   }
   kv("retransmitted_packets", std::to_string(retx));
   kv("data_packets", std::to_string(data));
-  kv("retransmit_causes", fmt::format("{{\"sack\":{},\"nack\":{},\"rto\":{},\"go_back_n\":{},\"probes_sent\":{}}}",
-                                      rtx_sack, rtx_nack, rtx_rto, rtx_gbn, probes));
+  kv("retransmit_causes",
+     fmt::format("{{\"sack\":{},\"nack\":{},\"rto\":{},\"go_back_n\":{},\"plane_down\":{},\"probes_sent\":{},"
+                 "\"needless\":{}}}",
+                 rtx_sack, rtx_nack, rtx_rto, rtx_gbn, rtx_plane_down, probes, rtx_spurious));
   mrc::sim::LinkCounters net_ctr;
   for (const auto* v :
        {&net_->uplinks(), &net_->downlinks(), &net_->leaf_to_spine_links(), &net_->spine_to_leaf_links()}) {

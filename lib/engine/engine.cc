@@ -54,6 +54,7 @@ std::string_view wc_status_name(WcStatus s) {
 
 Engine::Impl::Impl(const EngineConfig& c, Env& e) : cfg(c), env(e), rng(c.seed) {
   cfg.num_planes = std::clamp<uint32_t>(cfg.num_planes, 1, kMaxPlanes);
+  cfg.reorder_window_growth = std::clamp<uint32_t>(cfg.reorder_window_growth, 1, 255);  // Qp::reo_mult is a byte
   mrs.resize(1u << kMrIndexBits);
   qps.resize(cfg.max_qps);
   first_qpn = std::max(cfg.first_qpn, kFirstQpn);
@@ -422,9 +423,8 @@ void Engine::Impl::service_qp(Qp& qp, Nanos now) {
   if (now >= qp.next_probe_at) send_probes(qp, now);
 }
 
-// The QP scheduler: QPs with data and window take turns, tx_burst packets
-// each, from a rotating first QP, until none can send or each has had
-// tx_budget. QPs of one host compete for its ports' TX room; serving them
+// The QP scheduler: QPs with data and window take turns of tx_burst
+// packets, until none can send or each has had tx_budget. QPs of one host compete for its ports' TX room; serving them
 // in list order let the first ones take it all, so a flow's QPs finished up
 // to 200 us apart and its last QPs, alone, could not fill the ports.
 void Engine::Impl::transmit_round_robin(Nanos now) {
@@ -439,14 +439,14 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
   // RX only) fell into a rhythm that gave most turns to one QP
   // (permutation: one of a host's 8 QPs ran at 350 Gb/s, the rest at 60).
   const uint32_t all = (1u << cfg.num_planes) - 1;
+  const uint64_t turns = uint64_t((budget + burst - 1) / burst) * n;  // so no QP sends more than tx_budget
   size_t at = tx_rotor % n;
-  uint32_t given = 0;
-  for (size_t idle = 0; given < budget && idle < n;) {
-    const uint32_t want = std::min(burst - std::min(burst - 1, tx_turn_sent), budget - given);
-    const uint32_t sent = transmit(qps[active_qps[at] - first_qpn], now, want);
-    given += sent;
+  if (active_qps[at] != tx_turn_qpn) tx_turn_sent = 0;  // a new turn, not what is left of another QP's
+  for (uint64_t turn = 0, idle = 0; turn < turns && idle < n; ++turn) {
+    tx_turn_qpn = active_qps[at];
+    const uint32_t want = burst - std::min(burst - 1, tx_turn_sent);
+    const uint32_t sent = transmit(qps[tx_turn_qpn - first_qpn], now, want);
     tx_turn_sent += sent;
-    if (sent == want && tx_turn_sent < burst) break;  // the budget ran out mid-turn
     if (sent < want && ((full_planes | planes_down_mask) & all) == all) break;  // ports full: the turn goes on
     idle = sent ? 0 : idle + 1;
     at = at + 1 == n ? 0 : at + 1;

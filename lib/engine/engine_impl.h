@@ -43,6 +43,7 @@ enum TxPktFlags : uint8_t {
   kPktAcked = 1 << 0,
   kPktInFlight = 1 << 1,  // counted in inflight_bytes (sent, not acked, not declared lost)
   kPktQueued = 1 << 2,    // waiting in the retransmit queue
+  kPktRackResend = 1 << 3,  // last resent because RACK judged it lost (a needless one widens the window)
 };
 struct TxPkt {
   Nanos sent_at = 0;
@@ -236,7 +237,8 @@ struct Engine::Impl {
   std::vector<uint32_t> active_qps;
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
-  uint32_t tx_rotor = 0;                       // the QP whose turn it is (index into active_qps)
+  uint32_t tx_rotor = 0;                       // where the QP whose turn it is sits in active_qps
+  uint32_t tx_turn_qpn = 0;                    // that QP: the list may have moved under the index
   uint32_t tx_turn_sent = 0;                   // packets it has sent in this turn
   // Planes found without TX room in this call into the engine, asked once
   // per call rather than once per packet and QP (with a few frames staged
@@ -303,7 +305,7 @@ struct Engine::Impl {
   void on_rto(Qp& qp, Nanos now);
   void arm_tlp(Qp& qp, Nanos now);
   Nanos reorder_window(Qp& qp, Nanos now) const;
-  void note_spurious_resend(Qp& qp, Nanos now);
+  void note_spurious_resend(Qp& qp, bool by_rack, Nanos now);
   void resend_in_flight_on(Qp& qp, uint32_t planes, Nanos now);
   void send_tlp(Qp& qp, Nanos now);
   Nanos tlp_timeout(const Qp& qp) const;

@@ -395,24 +395,31 @@ TEST_CASE("a port status update stops traffic on the peer's downed plane at once
   CHECK(p.info(0).ctr[QpCtr::tx_retransmits] == 0);  // nothing was lost finding out
 }
 
-TEST_CASE("a port status update mid-transfer resends what was in flight on the downed plane at once") {
-  Pair p(basic());
-  for (uint64_t i = 0; i < 8; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
-  p.net.run_until(p.net.now() + 4'000);
-  REQUIRE(p.net.completions(0).size() < 8);
-  // The plane dies with packets on it; the peer sees its port go and says so.
-  p.net.set_plane_up(3, false);
-  p.net.engine(1).set_plane_up(3, false, p.net.now());
-  p.net.engine(1).send_port_status(p.net.now());
-  p.net.poll(1);
-  p.net.run_until_idle(p.net.now() + 20'000'000);
-  REQUIRE(p.net.completions(0).size() == 8);
-  CHECK(std::memcmp(p.src.data(), p.dst.data(), 8 * 60000) == 0);
-  const QpInfo qi = p.info(0);
-  CHECK(qi.ctr[QpCtr::rtx_plane_down] > 0);
-  // None of them waited to be found lost by SACKs, the reorder timer or a probe.
-  CHECK(qi.ctr[QpCtr::rtx_sack] == 0);
-  CHECK(qi.ctr[QpCtr::tx_retransmits] == qi.ctr[QpCtr::rtx_plane_down]);
+TEST_CASE("a plane going down mid-transfer, at the peer or here, resends what was in flight on it at once") {
+  for (const bool at_peer : {true, false}) {
+    INFO((at_peer ? "the peer's port, told by port status" : "this host's own port"));
+    Pair p(basic());
+    for (uint64_t i = 0; i < 8; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+    p.net.run_until(p.net.now() + 4'000);
+    REQUIRE(p.net.completions(0).size() < 8);
+    p.net.set_plane_up(3, false);  // the plane dies with packets on it
+    if (at_peer) {
+      p.net.engine(1).set_plane_up(3, false, p.net.now());
+      p.net.engine(1).send_port_status(p.net.now());
+      p.net.poll(1);
+    } else {
+      p.net.engine(0).set_plane_up(3, false, p.net.now());
+      p.net.poll(0);
+    }
+    p.net.run_until_idle(p.net.now() + 20'000'000);
+    REQUIRE(p.net.completions(0).size() == 8);
+    CHECK(std::memcmp(p.src.data(), p.dst.data(), 8 * 60000) == 0);
+    const QpInfo qi = p.info(0);
+    CHECK(qi.ctr[QpCtr::rtx_plane_down] > 0);
+    // None of them waited to be found lost by SACKs, the reorder timer or a probe.
+    CHECK(qi.ctr[QpCtr::rtx_sack] == 0);
+    CHECK(qi.ctr[QpCtr::tx_retransmits] == qi.ctr[QpCtr::rtx_plane_down]);
+  }
 }
 
 TEST_CASE("ECN marks turn into SKIP marks and trims into NACKs and quick retransmits") {
