@@ -34,8 +34,8 @@ namespace mrc::engine {
   X(rtx_nack, "retransmissions caused by NACKs")                               \
   X(rtx_rto, "retransmissions caused by the retransmit timeout")               \
   X(rtx_go_back_n, "RoCEv2 go-back-N retransmissions")                         \
-  X(rtx_spurious, "resends answered for their first copy (it was late, not lost)") \
-  X(rtx_plane_down, "resends of packets in flight on a plane that went down")   \
+  X(rtx_spurious, "resends answered for the first copy (late, not lost)")      \
+  X(rtx_plane_down, "resends of packets in flight on a plane that went down")  \
   X(rto_fired, "retransmit timeouts")                                          \
   X(tx_acks, "ACK/SACK packets sent")                                          \
   X(tx_nacks, "NACK packets sent")                                             \

@@ -424,9 +424,10 @@ void Engine::Impl::service_qp(Qp& qp, Nanos now) {
 }
 
 // The QP scheduler: QPs with data and window take turns of tx_burst
-// packets, until none can send or each has had tx_budget. QPs of one host compete for its ports' TX room; serving them
-// in list order let the first ones take it all, so a flow's QPs finished up
-// to 200 us apart and its last QPs, alone, could not fill the ports.
+// packets, until none can send or each has had tx_budget. QPs of one host
+// compete for its ports' TX room; serving them in list order let the first
+// ones take it all, so a flow's QPs finished up to 200 us apart and its last
+// QPs, alone, could not fill the ports.
 void Engine::Impl::transmit_round_robin(Nanos now) {
   const size_t n = active_qps.size();
   if (n == 0) return;

@@ -41,8 +41,8 @@ inline constexpr unsigned kMrIndexBits = 12;
 // One outstanding PSN at the requester.
 enum TxPktFlags : uint8_t {
   kPktAcked = 1 << 0,
-  kPktInFlight = 1 << 1,  // counted in inflight_bytes (sent, not acked, not declared lost)
-  kPktQueued = 1 << 2,    // waiting in the retransmit queue
+  kPktInFlight = 1 << 1,    // counted in inflight_bytes (sent, not acked, not declared lost)
+  kPktQueued = 1 << 2,      // waiting in the retransmit queue
   kPktRackResend = 1 << 3,  // last resent because RACK judged it lost (a needless one widens the window)
 };
 struct TxPkt {
@@ -237,9 +237,9 @@ struct Engine::Impl {
   std::vector<uint32_t> active_qps;
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
-  uint32_t tx_rotor = 0;                       // where the QP whose turn it is sits in active_qps
-  uint32_t tx_turn_qpn = 0;                    // that QP: the list may have moved under the index
-  uint32_t tx_turn_sent = 0;                   // packets it has sent in this turn
+  uint32_t tx_rotor = 0;      // where the QP whose turn it is sits in active_qps
+  uint32_t tx_turn_qpn = 0;   // that QP: the list may have moved under the index
+  uint32_t tx_turn_sent = 0;  // packets it has sent in this turn
   // Planes found without TX room in this call into the engine, asked once
   // per call rather than once per packet and QP (with a few frames staged
   // per port, asking was a tenth of a large simulation). Room seldom grows

@@ -242,7 +242,8 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now) {
   // for its first copy: it dates nothing (RFC 8985 §6.2 step 2), and the
   // reorder window was too short for this QP's paths.
   const Nanos rtt = now - t.sent_at;
-  if (t.tx_count > 1 && qp.min_rtt != kNever && rtt < qp.min_rtt) note_spurious_resend(qp, (t.flags & kPktRackResend) != 0, now);
+  if (t.tx_count > 1 && qp.min_rtt != kNever && rtt < qp.min_rtt)
+    note_spurious_resend(qp, (t.flags & kPktRackResend) != 0, now);
   if (sent_before(qp.rack_sent_at, qp.rack_psn, t.sent_at, psn) && (t.tx_count == 1 || rtt >= qp.min_rtt)) {
     qp.rack_sent_at = t.sent_at;
     qp.rack_psn = psn;
@@ -316,9 +317,9 @@ Nanos Engine::Impl::reorder_window(Qp& qp, Nanos now) const {
 
 // Spraying over paths whose queues differ by more than the window makes
 // RACK resend packets that were only late (permutation, 128 hosts: 18,000
-// needless resends, 5 % of the slowest hosts' uplinks).
-// Only RACK's own mistakes widen it: a plane-down or timeout resend that
-// proves needless says nothing about reordering.
+// needless resends, 5 % of the slowest hosts' uplinks). Only RACK's own
+// mistakes widen it: a plane-down or timeout resend that proves needless
+// says nothing about reordering.
 void Engine::Impl::note_spurious_resend(Qp& qp, bool by_rack, Nanos now) {
   qp.ctr.inc(QpCtr::rtx_spurious);
   if (!by_rack || now - qp.reo_grown_at < qp.srtt) return;  // one step per round trip

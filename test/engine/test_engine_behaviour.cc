@@ -847,8 +847,8 @@ TEST_CASE("QPs of one host share its ports fairly when polls find room for one f
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
   uint32_t lkey = 0, rkey = 0, unused = 0;
   REQUIRE(fab.engine(0).reg_mr(1, src.data(), 0x1000, src.size(), kAccessLocalWrite, lkey, unused));
-  REQUIRE(fab.engine(1).reg_mr(1, dst.data(), 0x900000, dst.size(), kAccessLocalWrite | kAccessRemoteWrite, unused,
-                               rkey));
+  REQUIRE(
+      fab.engine(1).reg_mr(1, dst.data(), 0x900000, dst.size(), kAccessLocalWrite | kAccessRemoteWrite, unused, rkey));
   std::vector<uint32_t> qpns;
   for (uint32_t q = 0; q < kQps; ++q) {
     const auto pair = fab.connect_qp_pair(0, 1, {}, 1, 1);
