@@ -69,8 +69,9 @@ struct EngineConfig {
   // EV choice within a plane: the less loaded of two random EVs (by
   // packets in flight) rather than one random EV.
   bool ev_two_choices = true;
-  // QP scheduler: each poll, QPs that can send take turns of tx_burst
-  // packets until none can or each has sent tx_budget.
+  // QP scheduler: QPs that can send take turns of tx_burst packets (a turn
+  // the ports cut short goes on at the next poll); each poll ends when none
+  // can send or each has sent tx_budget.
   uint32_t tx_burst = 4;
   uint32_t tx_budget = 64;
   // Lost-packet detection: a packet is lost once one sent this much later
