@@ -278,7 +278,8 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
         ev.ctr.inc(EvCtr::probes);
         qp.ctr.inc(QpCtr::tx_probes);
       }
-      ev.probe_backoff = std::min(ev.probe_backoff * 2, cfg.probe_interval_max);
+      // From 0 (probed at once when its plane came back up) to one interval.
+      ev.probe_backoff = std::clamp(ev.probe_backoff * 2, cfg.probe_interval, cfg.probe_interval_max);
       ev.probe_at = now + ev.probe_backoff;
     } else if (ev.probe_at <= now) {
       ev.probe_at = now + cfg.probe_interval;  // plane down: try again later

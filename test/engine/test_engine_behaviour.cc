@@ -422,6 +422,24 @@ TEST_CASE("a plane going down mid-transfer, at the peer or here, resends what wa
   }
 }
 
+TEST_CASE("a plane that comes back up is probed at once, then at the probe interval, not on every poll") {
+  Pair p(basic());
+  p.net.set_plane_up(2, false);  // its links stay dead, so no probe is answered
+  p.net.engine(0).set_plane_up(2, false, p.net.now());
+  p.net.run_until(p.net.now() + 10'000);
+  p.net.engine(0).set_plane_up(2, true, p.net.now());
+  p.net.poll(0);
+  const uint64_t events_before = p.net.loop().stats().run;
+  p.net.run_until(p.net.now() + 1'000'000);
+  size_t evs_on_plane = 0;
+  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) evs_on_plane += e.plane == 2;
+  REQUIRE(evs_on_plane > 0);
+  // At once, then 50, 150, 350 and 750 us later with the default interval
+  // and back-off; a back-off stuck at zero probed on every poll (one per ns).
+  CHECK(p.info(0).ctr[QpCtr::tx_probes] == 5 * evs_on_plane);
+  CHECK(p.net.loop().stats().run - events_before < 1000);
+}
+
 TEST_CASE("ECN marks turn into SKIP marks and trims into NACKs and quick retransmits") {
   auto cfg = basic();
   cfg.link.queue_bytes = 256 * 1024;
