@@ -161,7 +161,7 @@ bool Engine::destroy_qp(uint32_t qpn) {
   auto& I = *impl_;
   Qp* qp = I.find_qp(qpn);
   if (!qp) return false;
-  std::erase(I.active_qps, qpn);
+  I.remove_active(*qp);
   *qp = Qp{};
   qp->qpn = qpn;
   return true;
@@ -172,13 +172,14 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
   Qp* qpp = I.find_qp(qpn);
   if (!qpp) return ModifyError::no_qp;
   Qp& qp = *qpp;
+  const Impl::ScheduleRefresh refresh(I, &qp);
   const QpState from = qp.state;
   if (to == QpState::error) {
     I.enter_error(qp, WcStatus::wr_flush_err);
     return ModifyError::ok;
   }
   if (to == QpState::reset) {
-    std::erase(I.active_qps, qpn);
+    I.remove_active(qp);
     I.init_qp(qp, qp.pd, QpCaps(qp.caps));
     return ModifyError::ok;
   }
@@ -302,7 +303,34 @@ void Engine::Impl::enter_error(Qp& qp, WcStatus cause, uint32_t culprit) {
 void Engine::Impl::activate(Qp& qp) {
   if (qp.on_active_list) return;
   qp.on_active_list = true;
+  qp.active_pos = static_cast<uint32_t>(active_qps.size());
   active_qps.push_back(qp.qpn);
+  // Due at once until refreshed, so a QP activated inside poll() is serviced
+  // there; every call into the engine refreshes what it worked on.
+  active_sched.push_back({0, kNever, true, false});
+}
+
+void Engine::Impl::remove_active(Qp& qp) {
+  if (!qp.on_active_list) return;
+  // In order: the scheduler's turns follow the list (rare: destroy, reset).
+  const uint32_t i = qp.active_pos;
+  qp.on_active_list = false;
+  active_qps.erase(active_qps.begin() + i);
+  active_sched.erase(active_sched.begin() + i);
+  for (uint32_t k = i; k < active_qps.size(); ++k) qps[active_qps[k] - first_qpn].active_pos = k;
+}
+
+void Engine::Impl::refresh_schedule(Qp& qp) {
+  if (!qp.on_active_list) return;
+  QpSchedule& s = active_sched[qp.active_pos];
+  s.due = qp_timer_deadline(qp);
+  s.wants_tx = qp_wants_tx(qp);
+  s.pace = s.wants_tx ? qp.cc->next_send_time() : kNever;
+  s.idle = qp_idle(qp);
+}
+
+void Engine::Impl::refresh_all_schedules() {
+  for (uint32_t qpn : active_qps) refresh_schedule(qps[qpn - first_qpn]);
 }
 
 bool Engine::Impl::is_local_ip(const IpAddr& ip, uint32_t plane) const { return cfg.planes[plane].ip == ip; }
@@ -335,6 +363,7 @@ void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
   if (mrc_op != mrc && p.at.opcode != uint8_t(Opcode::cnp)) return I.ctr.inc(DevCtr::rx_drop_wrong_transport);
   Qp* qp = I.find_qp(p.bth().dest_qp());
   if (!qp) return I.ctr.inc(DevCtr::rx_drop_unknown_qp);
+  const Impl::ScheduleRefresh refresh(I, qp);
 
   if (p.at.flags & kOpPayload) {
     if (qp->state != QpState::rtr && qp->state != QpState::rts) return qp->ctr.inc(QpCtr::rx_drop_bad_state);
@@ -388,6 +417,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
       }
       if (newly_down) resend_in_flight_on(qp, newly_down, now);
     }
+    refresh_all_schedules();
     return;
   }
   if (op != uint8_t(EndpointOp::ev_probe)) return ctr.inc(DevCtr::rx_drop_bad_endpoint_op);
@@ -449,7 +479,13 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
   for (uint64_t turn = 0, idle = 0; turn < turns && idle < n; ++turn) {
     tx_turn_qpn = active_qps[at];
     const uint32_t want = burst - std::min(burst - 1, tx_turn_sent);
-    const uint32_t sent = transmit(qps[tx_turn_qpn - first_qpn], now, want);
+    // A QP that does not want to send would send nothing and change nothing.
+    uint32_t sent = 0;
+    if (active_sched[at].wants_tx) {
+      Qp& qp = qps[tx_turn_qpn - first_qpn];
+      sent = transmit(qp, now, want);
+      refresh_schedule(qp);
+    }
     tx_turn_sent += sent;
     if (sent < want && ((full_planes | planes_down_mask) & all) == all) break;  // ports full: the turn goes on
     idle = sent ? 0 : idle + 1;
@@ -463,35 +499,41 @@ void Engine::poll(Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
   I.full_planes = 0;
-  // Index loop: servicing may activate QPs (appended).
-  for (size_t i = 0; i < I.active_qps.size(); ++i) I.service_qp(I.qps[I.active_qps[i] - I.first_qpn], now);
+  // Index loop: servicing may activate QPs (appended, and due at once).
+  for (size_t i = 0; i < I.active_qps.size(); ++i) {
+    if (I.active_sched[i].due > now) continue;
+    Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
+    I.service_qp(qp, now);
+    I.refresh_schedule(qp);
+  }
   I.transmit_round_robin(now);
   for (size_t i = 0; i < I.active_qps.size();) {
-    Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
-    const bool idle = qp.state != QpState::rts && qp.state != QpState::rtr
-                          ? true
-                          : qp.snd_una == qp.snd_nxt && qp.rtx_head == qp.rtx_tail && qp.sq_send == qp.sq_tail &&
-                                qp.sq_head == qp.sq_tail && !qp.unacked_pkts && qp.next_probe_at == kNever;
-    if (idle) {
-      qp.on_active_list = false;
-      I.active_qps[i] = I.active_qps.back();
-      I.active_qps.pop_back();
-    } else {
+    if (!I.active_sched[i].idle) {
       ++i;
+      continue;
     }
+    I.qps[I.active_qps[i] - I.first_qpn].on_active_list = false;
+    I.active_qps[i] = I.active_qps.back();
+    I.active_sched[i] = I.active_sched.back();
+    I.active_qps.pop_back();
+    I.active_sched.pop_back();
+    if (i < I.active_qps.size()) I.qps[I.active_qps[i] - I.first_qpn].active_pos = static_cast<uint32_t>(i);
   }
 }
 
-Nanos Engine::Impl::qp_deadline(const Qp& qp) const {
+bool Engine::Impl::qp_idle(const Qp& qp) const {
+  if (qp.state != QpState::rts && qp.state != QpState::rtr) return true;
+  return qp.snd_una == qp.snd_nxt && qp.rtx_head == qp.rtx_tail && qp.sq_send == qp.sq_tail &&
+         qp.sq_head == qp.sq_tail && !qp.unacked_pkts && qp.next_probe_at == kNever;
+}
+
+Nanos Engine::Impl::qp_timer_deadline(const Qp& qp) const {
+  if (qp.ack_now) return 0;
   Nanos t = kNever;
   if (qp.unacked_pkts) t = std::min(t, qp.ack_deadline);
-  if (qp.ack_now) return 0;
   if (qp.state != QpState::rts) return t;
   if (qp.snd_una != qp.snd_nxt) t = std::min({t, qp.rto_deadline, qp.tlp_at, qp.rack_timer_at});
-  t = std::min(t, qp.next_probe_at);
-  // Pacing is a timer only while the pace, not the window, holds packets back.
-  if (qp_wants_tx(qp) && qp.cc->next_send_time() > last_now) t = std::min(t, qp.cc->next_send_time());
-  return t;
+  return std::min(t, qp.next_probe_at);
 }
 
 bool Engine::Impl::qp_wants_tx(const Qp& qp) const {
@@ -508,21 +550,25 @@ bool Engine::Impl::qp_wants_tx(const Qp& qp) const {
 Nanos Engine::next_deadline() const {
   auto& I = *impl_;
   Nanos t = kNever;
-  for (uint32_t qpn : I.active_qps) t = std::min(t, I.qp_deadline(I.qps[qpn - I.first_qpn]));
+  for (const Impl::QpSchedule& s : I.active_sched) {
+    t = std::min(t, s.due);
+    // Pacing is a timer only while the pace, not the window, holds packets back.
+    if (s.pace > I.last_now) t = std::min(t, s.pace);
+  }
   return t;
 }
 
 bool Engine::wants_tx() const {
   auto& I = *impl_;
-  for (uint32_t qpn : I.active_qps)
-    if (I.qp_wants_tx(I.qps[qpn - I.first_qpn])) return true;
-  return false;
+  return std::any_of(I.active_sched.begin(), I.active_sched.end(),
+                     [](const Impl::QpSchedule& s) { return s.wants_tx; });
 }
 
 int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   auto& I = *impl_;
   Qp* qp = I.find_qp(qpn);
   if (!qp || qp->state != QpState::rts) return EINVAL;
+  const Impl::ScheduleRefresh refresh(I, qp);
   return I.post_send(*qp, wr);
 }
 
@@ -541,6 +587,7 @@ int Engine::post_recv(uint32_t qpn, const RecvWr& wr) {
 void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
   auto& I = *impl_;
   if (plane >= I.cfg.num_planes || I.plane_up[plane] == up) return;
+  const Impl::ScheduleRefresh refresh(I, nullptr);
   I.plane_up[plane] = up;
   I.planes_down_mask = up ? I.planes_down_mask & ~(1u << plane) : I.planes_down_mask | (1u << plane);
   for (uint32_t qpn : qpns()) {
@@ -617,6 +664,7 @@ bool Engine::set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now)
   auto& I = *impl_;
   Qp* qp = I.find_qp(qpn);
   if (!qp || ev_index >= qp->evs.size() || s == EvState::skip) return false;
+  const Impl::ScheduleRefresh refresh(I, qp);
   I.ev_mark(*qp, static_cast<uint16_t>(ev_index), s, now, true);
   return true;
 }
@@ -643,6 +691,23 @@ bool Engine::qp_info(uint32_t qpn, QpInfo& out) const {
   out.rq_posted = qp->rq_tail - qp->rq_head;
   out.retries = qp->retries;
   out.ctr = qp->ctr;
+  return true;
+}
+
+bool Engine::schedule_consistent() const {
+  const auto& I = *impl_;
+  if (I.active_sched.size() != I.active_qps.size()) return false;
+  size_t on_list = 0;
+  for (const Qp& qp : I.qps) on_list += qp.on_active_list;
+  if (on_list != I.active_qps.size()) return false;
+  for (size_t i = 0; i < I.active_qps.size(); ++i) {
+    const Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
+    const Impl::QpSchedule& s = I.active_sched[i];
+    const bool wants = I.qp_wants_tx(qp);
+    if (!qp.on_active_list || qp.active_pos != i || s.due != I.qp_timer_deadline(qp) || s.wants_tx != wants ||
+        s.pace != (wants ? qp.cc->next_send_time() : kNever) || s.idle != I.qp_idle(qp))
+      return false;
+  }
   return true;
 }
 

@@ -223,6 +223,9 @@ class Engine {
   std::vector<EvInfo> ev_info(uint32_t qpn) const;
   // Bytes of engine state per QP with the given attributes (for sizing).
   static size_t qp_state_bytes(const QpCaps& caps, const QpAttr& attr);
+  // Whether what the scheduler keeps of each active QP (timers, wish to
+  // send, pace) matches the QP itself; for tests, after any call.
+  bool schedule_consistent() const;
 
  private:
   struct Impl;

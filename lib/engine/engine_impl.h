@@ -91,6 +91,7 @@ struct Qp {
   uint32_t pd = 0;
   bool in_use = false;
   bool on_active_list = false;
+  uint32_t active_pos = 0;  // its index in active_qps while on the list
   QpState state = QpState::reset;
   QpCaps caps;
   QpAttr attr;
@@ -235,6 +236,31 @@ struct Engine::Impl {
   std::vector<Mr> mrs;
   std::vector<Qp> qps;  // index = qpn - first_qpn
   std::vector<uint32_t> active_qps;
+  // What poll(), next_deadline() and wants_tx() ask of each active QP, kept
+  // beside active_qps (same index) and refreshed whenever the engine has
+  // worked on the QP. Asking every QP on every call (a walk over their
+  // structs and congestion-control objects) was a fifth of a large
+  // simulation, whose hosts are polled on every frame.
+  struct QpSchedule {
+    Nanos due = 0;        // earliest timer (ACK, RTO, RACK, TLP, probe)
+    Nanos pace = kNever;  // when pacing lets it send, if it wants to
+    bool wants_tx = false;
+    bool idle = false;  // nothing to send, acknowledge or probe: leaves the list
+  };
+  std::vector<QpSchedule> active_sched;
+  // Brings active_sched up to date on every return path of a call into the
+  // engine: for the QP it worked on, or for all (qp == nullptr).
+  class ScheduleRefresh {
+   public:
+    ScheduleRefresh(Impl& impl, Qp* qp) : impl_(impl), qp_(qp) {}
+    ScheduleRefresh(const ScheduleRefresh&) = delete;
+    ScheduleRefresh& operator=(const ScheduleRefresh&) = delete;
+    ~ScheduleRefresh() { qp_ ? impl_.refresh_schedule(*qp_) : impl_.refresh_all_schedules(); }
+
+   private:
+    Impl& impl_;
+    Qp* qp_;
+  };
   std::array<bool, kMaxPlanes> plane_up{};
   uint32_t planes_down_mask = 0;
   uint32_t tx_rotor = 0;      // where the QP whose turn it is sits in active_qps
@@ -282,8 +308,14 @@ struct Engine::Impl {
   // Timers and ACKs of one QP; what it sends is left to poll()'s scheduler.
   void service_qp(Qp& qp, Nanos now);
   void transmit_round_robin(Nanos now);
-  Nanos qp_deadline(const Qp& qp) const;
+  Nanos qp_timer_deadline(const Qp& qp) const;
   bool qp_wants_tx(const Qp& qp) const;
+  bool qp_idle(const Qp& qp) const;
+  // Brings the QP's active_sched entry up to date (no-op when inactive);
+  // after anything that may have changed its timers, window or queues.
+  void refresh_schedule(Qp& qp);
+  void refresh_all_schedules();
+  void remove_active(Qp& qp);
 
   // requester.cc
   int post_send(Qp& qp, const SendWr& wr);
