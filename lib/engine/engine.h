@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <span>
 #include <vector>
@@ -31,6 +32,11 @@ class Env {
   virtual std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) = 0;
   // Sends the first `len` bytes of the buffer tx_buffer() last gave for `plane`.
   virtual void tx_send(uint32_t plane, uint32_t len) = 0;
+  // Payload between registered memory and frames: a NIC's DMA. The default
+  // copies; the simulator may carry a token naming the source instead and
+  // check each placement rather than make it.
+  virtual void payload_to_frame(uint8_t* frame, const uint8_t* host, uint32_t len) { std::memcpy(frame, host, len); }
+  virtual void payload_to_host(uint8_t* host, const uint8_t* frame, uint32_t len) { std::memcpy(host, frame, len); }
   virtual void complete(const Completion& c) = 0;
   // An EV of a QP changed between GOOD and ASSUMED_BAD (the mrc_ctl EV event):
   // its index in the QP's EV profile and its value.

@@ -3,7 +3,6 @@
 // retransmits selectively on SACK holes, NACKs and timeouts. In RoCEv2 mode
 // the same code runs go-back-N on a single EV.
 #include <algorithm>
-#include <cstring>
 
 #include "engine/engine_impl.h"
 #include "wire/psn.h"
@@ -202,7 +201,7 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   if (m.at.imm) m.imm().set_imm(e.wr.imm);
   // The template holds the addressing; the EV is the per-packet part of it.
   ev_apply(qp.attr.ev.format, qp.evs[ev].value, m);
-  if (t.len) std::memcpy(m.payload().data(), e.src + t.offset, t.len);
+  if (t.len) env.payload_to_frame(m.payload().data(), e.src + t.offset, t.len);
   seal(m, !rc_has_reth);
   env.tx_send(plane, m.at.size);
 

@@ -4,7 +4,6 @@
 // NACKs out-of-window and trimmed packets. RoCEv2 mode accepts only the next
 // PSN and NAKs gaps, as RC does.
 #include <algorithm>
-#include <cstring>
 
 #include "engine/engine_impl.h"
 #include "wire/psn.h"
@@ -107,7 +106,7 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
   }
   if (nak) return send_aeth(qp, plane, ev, psn, nak);
 
-  if (len) std::memcpy(mr->ptr + (reth.va() - mr->iova), p.payload().data(), len);
+  if (len) env.payload_to_host(mr->ptr + (reth.va() - mr->iova), p.payload().data(), len);
   qp.ctr.inc(QpCtr::rx_data_pkts);
   qp.ctr.inc(QpCtr::rx_data_bytes, len);
   qp.rcvd_bytes += len;
@@ -304,7 +303,7 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
     qp.rc_mr = nullptr;
     return send_aeth(qp, plane, sport, psn, nak);
   }
-  if (len) std::memcpy(qp.rc_mr->ptr + (qp.rc_va - qp.rc_mr->iova), p.payload().data(), len);
+  if (len) env.payload_to_host(qp.rc_mr->ptr + (qp.rc_va - qp.rc_mr->iova), p.payload().data(), len);
   qp.rc_va += len;
   qp.rc_remaining -= len;
   qp.rcv_cack = psn;
