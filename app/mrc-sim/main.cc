@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "pcap/pcap_file.h"
 #include "sim/fabric.h"
+#include "sim/placement_ledger.h"
 
 using namespace mrc;
 using namespace mrc::engine;
@@ -84,6 +85,10 @@ struct Options {
   // corruption on some link (the check is what catches it) or a capture.
   // Otherwise the port "offloads" them, as a RoCE NIC does.
   std::string icrc = "auto";
+  // Data frames carry a token naming their payload's source instead of its
+  // bytes, and each placement is checked instead of written (see
+  // EngineHosts::set_payload_tokens); auto = tokens unless a pcap is written.
+  std::string payload = "auto";
   bool report_wall = false;
 };
 
@@ -101,7 +106,8 @@ struct QpRun {
   uint32_t src = 0, dst = 0;
   uint32_t qpn_req = 0, qpn_resp = 0;
   const uint8_t* src_data = nullptr;  // this QP's window of Sim::pattern_
-  std::vector<uint8_t> dst_buf;
+  std::vector<uint8_t> dst_buf;       // with payload bytes: the slots
+  uint8_t* dst_mem = nullptr;         // the slots' registered address
   uint32_t lkey = 0, rkey = 0;
   uint32_t posted = 0, completed = 0;
   uint32_t recv_posted = 0, imm_total = 0, imm_seen = 0;
@@ -144,6 +150,7 @@ class Sim {
   bool setup_qp(QpRun& q, uint32_t global_index);
   void post_next(uint32_t qi);
   void on_completion(uint32_t h, const Completion& c);
+  uint32_t slots() const { return std::max(o_.outstanding, 1u); }
   void sample();
   void schedule_failures();
   void apply_failure(bool up);
@@ -167,6 +174,11 @@ class Sim {
   std::vector<std::array<uint64_t, kMaxPlanes>> plane_bytes_;
   Nanos fail_ns_ = kNever;
   pcap::Writer pcap_;
+  // With payload tokens the responders' slots are address space only and
+  // the ledger checks each placement: at 1,024 hosts the slots were 4 GB of
+  // zeroed memory, written and compared for every packet.
+  bool tokens_ = false;
+  sim::PlacementLedger ledger_;
 };
 
 bool Sim::build_flows(std::string& err) {
@@ -257,12 +269,18 @@ bool Sim::setup_qp(QpRun& q, uint32_t gi) {
     }
   }
   q.src_data = pattern_.data() + size_t(gi) * kQpStride;
-  q.dst_buf.assign(size_t(m) * std::max(o_.outstanding, 1u), 0);
+  const size_t dst_bytes = size_t(m) * slots();
+  if (tokens_) {
+    q.dst_mem = ledger_.region(gi);
+  } else {
+    q.dst_buf.assign(dst_bytes, 0);
+    q.dst_mem = q.dst_buf.data();
+  }
   uint32_t unused = 0;
   if (!net_->engine(q.src).reg_mr(1, const_cast<uint8_t*>(q.src_data), kSrcIova + (uint64_t(gi) << 32 >> 4), window,
                                   kAccessLocalWrite, q.lkey, unused))
     return false;
-  if (!net_->engine(q.dst).reg_mr(1, q.dst_buf.data(), kDstIova + (uint64_t(gi) << 32 >> 4), q.dst_buf.size(),
+  if (!net_->engine(q.dst).reg_mr(1, q.dst_mem, kDstIova + (uint64_t(gi) << 32 >> 4), dst_bytes,
                                   kAccessLocalWrite | kAccessRemoteWrite, unused, q.rkey))
     return false;
   for (; q.recv_posted < std::min(imm_total, kRecvWindow); ++q.recv_posted)
@@ -275,7 +293,8 @@ void Sim::post_next(uint32_t qi) {
   if (q.failed || q.posted >= o_.messages) return;
   const uint32_t i = q.posted++;
   const uint32_t gi = qi;
-  const uint32_t slot = i % std::max(o_.outstanding, 1u);
+  const uint32_t slot = i % slots();
+  if (tokens_) ledger_.expect(qi, slot, q.dst, q.src_data + (i % 64) * kSrcShift, msg_len(i));
   SendWr w;
   w.wr_id = i;
   w.opcode = is_imm(i) ? WrOpcode::rdma_write_with_imm : WrOpcode::rdma_write;
@@ -308,11 +327,15 @@ void Sim::on_completion(uint32_t h, const Completion& c) {
       ++order_failures_;  // duplicate, skipped or out of order
     } else {
       const uint32_t i = q.completed++;
-      const uint32_t slot = i % std::max(o_.outstanding, 1u);
-      uint8_t* d = q.dst_buf.data() + size_t(slot) * max_msg();
+      const uint32_t slot = i % slots();
       const uint32_t len = msg_len(i);
-      if (std::memcmp(d, q.src_data + (i % 64) * kSrcShift, len) != 0) ++integrity_failures_;
-      std::memset(d, 0, len);  // so a message that reuses the slot is checked afresh
+      if (tokens_) {
+        if (!ledger_.take(qi, slot)) ++integrity_failures_;
+      } else {
+        uint8_t* d = q.dst_mem + size_t(slot) * max_msg();
+        if (std::memcmp(d, q.src_data + (i % 64) * kSrcShift, len) != 0) ++integrity_failures_;
+        std::memset(d, 0, len);  // so a message that reuses the slot is checked afresh
+      }
       FlowRun& f = flows_[q.flow];
       f.bytes_done += len;
       f.last_done = net_->now();
@@ -528,6 +551,14 @@ int Sim::run() {
       qps_.push_back(std::move(q));
     }
   }
+  tokens_ = o_.payload == "tokens" || (o_.payload == "auto" && o_.pcap.empty());
+  if (tokens_) {
+    if (!ledger_.reserve(qps_.size(), slots(), max_msg(), o_.mtu)) {
+      fmt::print(stderr, "mrc-sim: cannot reserve address space for the responders' slots\n");
+      return 2;
+    }
+    net_->set_payload_tokens([this](uint32_t h, const sim::EngineHosts::Placement& p) { ledger_.place(h, p); });
+  }
   for (uint32_t i = 0; i < qps_.size(); ++i) {
     if (!setup_qp(qps_[i], i)) {
       fmt::print(stderr, "mrc-sim: QP setup failed (qp {})\n", i);
@@ -573,7 +604,7 @@ int Sim::run() {
     if (q.completed == o_.messages && q.imm_seen != q.imm_total) imm_missing += q.imm_total - q.imm_seen;
   }
   const bool completions_ok = all_done && order_failures_ == 0 && error_completions_ == 0 && imm_missing == 0;
-  const bool integrity_ok = integrity_failures_ == 0 && completed_msgs > 0;
+  const bool integrity_ok = integrity_failures_ == 0 && ledger_.misplaced() == 0 && completed_msgs > 0;
 
   const double T = last_done_ > kStart ? double(last_done_ - kStart) : 0;
   const double goodput = T > 0 ? bytes_done_ * 8.0 / T : 0;
@@ -668,12 +699,13 @@ int Sim::run() {
                             net_ctr.dropped_queue, net_ctr.dropped_loss, net_ctr.dropped_down, net_ctr.corrupted,
                             net_ctr.trimmed, net_ctr.ecn_marked));
   kv("integrity_ok", integrity_ok ? "true" : "false");
+  kv("payload", tokens_ ? "\"tokens\"" : "\"bytes\"");
   kv("completions_ok", completions_ok ? "true" : "false");
   kv("errors",
      fmt::format("{{\"error_completions\":{},\"qp_errors\":{},\"order_failures\":{},\"integrity_failures\":{},"
-                 "\"imm_missing\":{},\"messages_completed\":{},\"messages_posted\":{}}}",
-                 error_completions_, st.qp_errors, order_failures_, integrity_failures_, imm_missing, completed_msgs,
-                 uint64_t(qps_.size()) * o_.messages));
+                 "\"misplaced\":{},\"imm_missing\":{},\"messages_completed\":{},\"messages_posted\":{}}}",
+                 error_completions_, st.qp_errors, order_failures_, integrity_failures_, ledger_.misplaced(),
+                 imm_missing, completed_msgs, uint64_t(qps_.size()) * o_.messages));
   kv("failure_at_us", fail_ns_ == kNever ? "null" : json_num(double(fail_ns_ - kStart) / 1000.0));
   kv("recovery_us", rec ? json_num(*rec) : "null");
   kv("ev_transitions",
@@ -812,6 +844,11 @@ int main(int argc, char** argv) {
   app.add_option("--pcap", o.pcap, "capture host 0's plane 0 uplink");
   app.add_option("--icrc", o.icrc, "engines compute ICRCs: auto = only with --corrupt or --pcap")
       ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--payload", o.payload,
+                 "data frames carry their payload's bytes, or a token naming its source with each placement "
+                 "checked (same run, less memory and copying); auto = tokens unless --pcap")
+      ->check(CLI::IsMember({"auto", "tokens", "bytes"}))
       ->capture_default_str();
   app.add_flag("--report-wall", o.report_wall, "include wall_seconds in the JSON (breaks byte-identity)");
   CLI11_PARSE(app, argc, argv);

@@ -1,6 +1,7 @@
 #include "sim/engine_host.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "sim/frame_pool.h"
 
@@ -67,6 +68,25 @@ class EngineHosts::Host final : public engine::Env {
     if (hosts_.tap_) hosts_.tap_(index_, plane, {f.data(), len}, hosts_.now());
     uplinks_[plane]->send(std::move(f));
     pending_[plane] = FramePool::take(kFrameBufferBytes);
+  }
+
+  void payload_to_frame(uint8_t* frame, const uint8_t* host, uint32_t len) override {
+    if (!hosts_.placement_check_ || len < sizeof(uintptr_t)) return static_cast<void>(std::memcpy(frame, host, len));
+    const auto token = reinterpret_cast<uintptr_t>(host);
+    std::memcpy(frame, &token, sizeof token);
+  }
+
+  void payload_to_host(uint8_t* host, const uint8_t* frame, uint32_t len) override {
+    if (!hosts_.placement_check_) return static_cast<void>(std::memcpy(host, frame, len));
+    Placement p{host, nullptr, nullptr, len};
+    if (len < sizeof(uintptr_t)) {
+      p.bytes = frame;
+    } else {
+      uintptr_t token;
+      std::memcpy(&token, frame, sizeof token);
+      p.src = reinterpret_cast<const uint8_t*>(token);  // only compared, never read
+    }
+    hosts_.placement_check_(index_, p);
   }
 
   void complete(const engine::Completion& c) override {

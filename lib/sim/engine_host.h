@@ -76,6 +76,23 @@ class EngineHosts {
   // queue adds its delay to every RTT and to the ACKs queued behind it.
   void set_tx_stage_bytes(uint32_t bytes) { tx_stage_bytes_ = bytes; }
   void set_completion_hook(CompletionHook hook) { hook_ = std::move(hook); }
+
+  // What a responder's engine places: the source the token names (src), or
+  // for payloads too short for a token, their bytes.
+  struct Placement {
+    uint8_t* dst = nullptr;
+    const uint8_t* src = nullptr;
+    const uint8_t* bytes = nullptr;
+    uint32_t len = 0;
+  };
+  // Payload tokens: a data frame carries, instead of its payload, a token
+  // naming where in the requester's memory that payload is, and the
+  // responder's engine hands each placement to `check` instead of writing
+  // memory. Frames keep their size and the run its events; the copies go,
+  // and so may the responders' buffers (registered memory is never touched).
+  // For a caller that knows what every placement must be (mrc-sim).
+  using PlacementCheck = std::function<void(uint32_t host, const Placement&)>;
+  void set_payload_tokens(PlacementCheck check) { placement_check_ = std::move(check); }
   void set_tx_tap(TxTap tap) { tap_ = std::move(tap); }
 
   // A frame arrives at host h on plane p: on_rx, then a poll.
@@ -103,6 +120,7 @@ class EngineHosts {
   Observers observers_;
   uint32_t tx_stage_bytes_ = 0;
   CompletionHook hook_;
+  PlacementCheck placement_check_;
   TxTap tap_;
   std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
   // Completions waiting for the hook, which must not run inside the engine;

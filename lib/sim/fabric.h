@@ -93,6 +93,7 @@ class Fabric {
 
   void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
   void set_tx_tap(TxTap tap) { hosts_.set_tx_tap(std::move(tap)); }
+  void set_payload_tokens(EngineHosts::PlacementCheck check) { hosts_.set_payload_tokens(std::move(check)); }
   const Stats& stats() const { return stats_; }
 
   // engine(h).post_send, then a poll (which sends it).

@@ -66,6 +66,7 @@ class TestNet {
   const std::vector<EvEvent>& ev_events(uint32_t h) const;
   const std::vector<QpError>& qp_errors(uint32_t h) const;
   void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
+  void set_payload_tokens(EngineHosts::PlacementCheck check) { hosts_.set_payload_tokens(std::move(check)); }
   // Frames the switch could not route (destination IP of no host).
   uint64_t unroutable() const { return unroutable_; }
 

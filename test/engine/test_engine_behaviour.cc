@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "sim/fabric.h"
+#include "sim/placement_ledger.h"
 #include "workload.h"
 
 using namespace mrc;
@@ -438,6 +439,53 @@ TEST_CASE("a plane that comes back up is probed at once, then at the probe inter
   // and back-off; a back-off stuck at zero probed on every poll (one per ns).
   CHECK(p.info(0).ctr[QpCtr::tx_probes] == 5 * evs_on_plane);
   CHECK(p.net.loop().stats().run - events_before < 1000);
+}
+
+TEST_CASE("with payload tokens the engines touch no registered memory and each placement is checked") {
+  for (const bool corrupt : {false, true}) {
+    INFO((corrupt ? "corrupting links, no ICRC" : "clean links"));
+    sim::TestNet::Config cfg = basic();
+    // Without ICRCs nothing stops a corrupted frame: its token reaches the ledger.
+    cfg.engine_template.icrc_offload = corrupt;
+    cfg.link.corrupt = corrupt ? 0.3 : 0;
+    sim::TestNet net(cfg);
+    constexpr uint32_t kPmtu = 256, kSlot = 1 << 20;
+    sim::PlacementLedger ledger;
+    REQUIRE(ledger.reserve(1, 2, kSlot, kPmtu));  // inaccessible: a write there would fault
+    std::vector<uint8_t> src(kSlot);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 13 + 1);
+    uint32_t lkey = 0, rkey = 0, x = 0;
+    REQUIRE(net.engine(0).reg_mr(1, src.data(), 0x1000, src.size(), kAccessLocalWrite, lkey, x));
+    REQUIRE(net.engine(1).reg_mr(1, ledger.region(0), 0x900000, 2 * kSlot, kAccessLocalWrite | kAccessRemoteWrite, x,
+                                 rkey));
+    QpAttr attr;
+    attr.pmtu = kPmtu;
+    const auto qp = net.connect_qp_pair(0, 1, attr, 1, 1);
+    REQUIRE(qp);
+    net.set_payload_tokens([&](uint32_t h, const sim::EngineHosts::Placement& p) { ledger.place(h, p); });
+    // A long message into slot 0 and one too short for a token into slot 1.
+    const std::pair<uint32_t, uint32_t> msgs[] = {{0, 100'003}, {1, 5}};
+    for (const auto& [slot, len] : msgs) {
+      ledger.expect(0, slot, 1, src.data() + 64 * slot, len);
+      SendWr w;
+      w.wr_id = slot;
+      w.local_addr = 0x1000 + 64 * slot;
+      w.length = len;
+      w.lkey = lkey;
+      w.remote_addr = 0x900000 + uint64_t(slot) * kSlot;
+      w.rkey = rkey;
+      REQUIRE(net.post_send(0, qp.qpn_a, w) == 0);
+    }
+    net.run_until_idle(net.now() + 50'000'000);
+    REQUIRE(net.completions(0).size() == 2);
+    if (corrupt) {
+      CHECK(ledger.misplaced() > 0);
+    } else {
+      CHECK(ledger.misplaced() == 0);
+      CHECK(ledger.take(0, 0));
+      CHECK(ledger.take(0, 1));
+    }
+  }
 }
 
 TEST_CASE("ECN marks turn into SKIP marks and trims into NACKs and quick retransmits") {

@@ -96,5 +96,23 @@ else
   diff "$tmp/a" "$tmp/b" | head -n 5
 fi
 
+# Payload tokens (the default without --pcap) must give the run that
+# carrying every payload byte gives, field for field.
+"$sim" --config "$det" --transport mrc --seed 7 --payload bytes >"$tmp/bytes" 2>/dev/null
+if "$py" - "$tmp/a" "$tmp/bytes" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+ok = a.pop("payload") == "tokens" and b.pop("payload") == "bytes" and a == b and a["integrity_ok"] is True
+sys.exit(0 if ok else 1)
+PY
+then
+  pass=$((pass + 1))
+  echo "PASS payload tokens and payload bytes give the same run"
+else
+  fail=$((fail + 1))
+  echo "FAIL payload tokens and payload bytes differ"
+  diff "$tmp/a" "$tmp/bytes" | head -n 5
+fi
+
 echo "summary: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
