@@ -64,6 +64,7 @@ Engine::Impl::Impl(const EngineConfig& c, Env& e) : cfg(c), env(e), rng(c.seed) 
   for (uint32_t i = 0; i < qps.size(); ++i) qps[i].qpn = first_qpn + i;
   plane_up.fill(true);
   active_qps.reserve(cfg.max_qps);
+  active_sched.reserve(cfg.max_qps);
 }
 
 Engine::Engine(const EngineConfig& cfg, Env& env) : impl_(std::make_unique<Impl>(cfg, env)) {}
