@@ -306,9 +306,8 @@ void Engine::Impl::activate(Qp& qp) {
   qp.on_active_list = true;
   qp.active_pos = static_cast<uint32_t>(active_qps.size());
   active_qps.push_back(qp.qpn);
-  // Due at once until refreshed, so a QP activated inside poll() is serviced
-  // there; every call into the engine refreshes what it worked on.
-  active_sched.push_back({0, kNever, true, false});
+  // Stale, so a QP activated inside poll() is serviced there.
+  active_sched.push_back(QpSchedule{});
 }
 
 void Engine::Impl::remove_active(Qp& qp) {
@@ -321,17 +320,21 @@ void Engine::Impl::remove_active(Qp& qp) {
   for (uint32_t k = i; k < active_qps.size(); ++k) qps[active_qps[k] - first_qpn].active_pos = k;
 }
 
-void Engine::Impl::refresh_schedule(Qp& qp) {
-  if (!qp.on_active_list) return;
-  QpSchedule& s = active_sched[qp.active_pos];
+Engine::Impl::QpSchedule Engine::Impl::schedule_at(size_t i) const {
+  if (!active_sched[i].stale) return active_sched[i];
+  const Qp& qp = qps[active_qps[i] - first_qpn];
+  QpSchedule s;
   s.due = qp_timer_deadline(qp);
   s.wants_tx = qp_wants_tx(qp);
   s.pace = s.wants_tx ? qp.cc->next_send_time() : kNever;
   s.idle = qp_idle(qp);
+  s.stale = false;
+  return s;
 }
 
-void Engine::Impl::refresh_all_schedules() {
-  for (uint32_t qpn : active_qps) refresh_schedule(qps[qpn - first_qpn]);
+void Engine::Impl::refresh_stale_schedules() {
+  for (size_t i = 0; i < active_sched.size(); ++i)
+    if (active_sched[i].stale) active_sched[i] = schedule_at(i);
 }
 
 bool Engine::Impl::is_local_ip(const IpAddr& ip, uint32_t plane) const { return cfg.planes[plane].ip == ip; }
@@ -418,7 +421,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
       }
       if (newly_down) resend_in_flight_on(qp, newly_down, now);
     }
-    refresh_all_schedules();
+    mark_all_stale();
     return;
   }
   if (op != uint8_t(EndpointOp::ev_probe)) return ctr.inc(DevCtr::rx_drop_bad_endpoint_op);
@@ -482,10 +485,9 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
     const uint32_t want = burst - std::min(burst - 1, tx_turn_sent);
     // A QP that does not want to send would send nothing and change nothing.
     uint32_t sent = 0;
-    if (active_sched[at].wants_tx) {
-      Qp& qp = qps[tx_turn_qpn - first_qpn];
-      sent = transmit(qp, now, want);
-      refresh_schedule(qp);
+    if (active_sched[at].wants_tx || active_sched[at].stale) {
+      sent = transmit(qps[tx_turn_qpn - first_qpn], now, want);
+      active_sched[at].stale = true;
     }
     tx_turn_sent += sent;
     if (sent < want && ((full_planes | planes_down_mask) & all) == all) break;  // ports full: the turn goes on
@@ -500,14 +502,15 @@ void Engine::poll(Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
   I.full_planes = 0;
-  // Index loop: servicing may activate QPs (appended, and due at once).
+  // Index loop: servicing may activate QPs (appended, stale). A stale QP is
+  // serviced: that does nothing unless a timer is due.
   for (size_t i = 0; i < I.active_qps.size(); ++i) {
-    if (I.active_sched[i].due > now) continue;
-    Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
-    I.service_qp(qp, now);
-    I.refresh_schedule(qp);
+    if (!I.active_sched[i].stale && I.active_sched[i].due > now) continue;
+    I.service_qp(I.qps[I.active_qps[i] - I.first_qpn], now);
+    I.active_sched[i].stale = true;
   }
   I.transmit_round_robin(now);
+  I.refresh_stale_schedules();
   for (size_t i = 0; i < I.active_qps.size();) {
     if (!I.active_sched[i].idle) {
       ++i;
@@ -551,7 +554,8 @@ bool Engine::Impl::qp_wants_tx(const Qp& qp) const {
 Nanos Engine::next_deadline() const {
   auto& I = *impl_;
   Nanos t = kNever;
-  for (const Impl::QpSchedule& s : I.active_sched) {
+  for (size_t i = 0; i < I.active_qps.size(); ++i) {
+    const Impl::QpSchedule s = I.schedule_at(i);
     t = std::min(t, s.due);
     // Pacing is a timer only while the pace, not the window, holds packets back.
     if (s.pace > I.last_now) t = std::min(t, s.pace);
@@ -561,8 +565,9 @@ Nanos Engine::next_deadline() const {
 
 bool Engine::wants_tx() const {
   auto& I = *impl_;
-  return std::any_of(I.active_sched.begin(), I.active_sched.end(),
-                     [](const Impl::QpSchedule& s) { return s.wants_tx; });
+  for (size_t i = 0; i < I.active_qps.size(); ++i)
+    if (I.schedule_at(i).wants_tx) return true;
+  return false;
 }
 
 int Engine::post_send(uint32_t qpn, const SendWr& wr) {
@@ -704,8 +709,10 @@ bool Engine::schedule_consistent() const {
   for (size_t i = 0; i < I.active_qps.size(); ++i) {
     const Qp& qp = I.qps[I.active_qps[i] - I.first_qpn];
     const Impl::QpSchedule& s = I.active_sched[i];
+    if (!qp.on_active_list || qp.active_pos != i) return false;
+    if (s.stale) continue;  // marked for refreshing: not yet relied on
     const bool wants = I.qp_wants_tx(qp);
-    if (!qp.on_active_list || qp.active_pos != i || s.due != I.qp_timer_deadline(qp) || s.wants_tx != wants ||
+    if (s.due != I.qp_timer_deadline(qp) || s.wants_tx != wants ||
         s.pace != (wants ? qp.cc->next_send_time() : kNever) || s.idle != I.qp_idle(qp))
       return false;
   }

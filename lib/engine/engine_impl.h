@@ -237,25 +237,27 @@ struct Engine::Impl {
   std::vector<Qp> qps;  // index = qpn - first_qpn
   std::vector<uint32_t> active_qps;
   // What poll(), next_deadline() and wants_tx() ask of each active QP, kept
-  // beside active_qps (same index) and refreshed whenever the engine has
-  // worked on the QP. Asking every QP on every call (a walk over their
-  // structs and congestion-control objects) was a fifth of a large
-  // simulation, whose hosts are polled on every frame.
+  // beside active_qps (same index). Whatever works on a QP marks its entry
+  // stale, and poll() refreshes stale entries once, before it returns (a
+  // NIC's RX burst may bring a QP dozens of frames). Asking every QP on
+  // every call (a walk over their structs and congestion-control objects)
+  // was a fifth of a large simulation, whose hosts are polled on every frame.
   struct QpSchedule {
     Nanos due = 0;        // earliest timer (ACK, RTO, RACK, TLP, probe)
     Nanos pace = kNever;  // when pacing lets it send, if it wants to
     bool wants_tx = false;
     bool idle = false;  // nothing to send, acknowledge or probe: leaves the list
+    bool stale = true;  // the fields above may be out of date
   };
   std::vector<QpSchedule> active_sched;
-  // Brings active_sched up to date on every return path of a call into the
-  // engine: for the QP it worked on, or for all (qp == nullptr).
+  // Marks what a call into the engine worked on stale, on every return
+  // path: the QP, or all of them (qp == nullptr).
   class ScheduleRefresh {
    public:
     ScheduleRefresh(Impl& impl, Qp* qp) : impl_(impl), qp_(qp) {}
     ScheduleRefresh(const ScheduleRefresh&) = delete;
     ScheduleRefresh& operator=(const ScheduleRefresh&) = delete;
-    ~ScheduleRefresh() { qp_ ? impl_.refresh_schedule(*qp_) : impl_.refresh_all_schedules(); }
+    ~ScheduleRefresh() { qp_ ? impl_.mark_stale(*qp_) : impl_.mark_all_stale(); }
 
    private:
     Impl& impl_;
@@ -311,10 +313,16 @@ struct Engine::Impl {
   Nanos qp_timer_deadline(const Qp& qp) const;
   bool qp_wants_tx(const Qp& qp) const;
   bool qp_idle(const Qp& qp) const;
-  // Brings the QP's active_sched entry up to date (no-op when inactive);
-  // after anything that may have changed its timers, window or queues.
-  void refresh_schedule(Qp& qp);
-  void refresh_all_schedules();
+  void mark_stale(Qp& qp) {
+    if (qp.on_active_list) active_sched[qp.active_pos].stale = true;
+  }
+  void mark_all_stale() {
+    for (QpSchedule& s : active_sched) s.stale = true;
+  }
+  // The schedule of active_qps[i] as it is now: its entry, or computed
+  // afresh when stale.
+  QpSchedule schedule_at(size_t i) const;
+  void refresh_stale_schedules();
   void remove_active(Qp& qp);
 
   // requester.cc
