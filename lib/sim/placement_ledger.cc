@@ -36,8 +36,10 @@ bool PlacementLedger::place(uint32_t host, const EngineHosts::Placement& p) {
     ++misplaced_;
     return false;
   };
-  if (p.dst < base_ || p.dst >= base_ + bytes_) return misplaced();
-  const size_t rel = static_cast<size_t>(p.dst - base_);
+  // As integers: the engine's pointer may lie anywhere.
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p.dst), base = reinterpret_cast<uintptr_t>(base_);
+  if (at < base || at - base >= bytes_) return misplaced();
+  const size_t rel = at - base;
   const size_t s = rel / slot_bytes_;
   const uint32_t off = static_cast<uint32_t>(rel % slot_bytes_);
   const Slot& e = slot_[s];
