@@ -860,6 +860,10 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "mrc-sim: --icrc off with --corrupt: nothing would catch the corrupted frames\n");
     return 2;
   }
+  if (o.payload == "tokens" && !o.pcap.empty()) {
+    fmt::print(stderr, "mrc-sim: --payload tokens with --pcap: the capture would hold tokens, not payloads\n");
+    return 2;
+  }
   if (o.icrc == "off" && !o.pcap.empty()) {
     fmt::print(stderr, "mrc-sim: --icrc off with --pcap: the capture's ICRCs would be meaningless\n");
     return 2;

@@ -20,7 +20,9 @@
 
 namespace mrc::engine {
 
-// What the engine needs from whoever runs it.
+// What the engine needs from whoever runs it. Its calls come from inside
+// engine calls and must not call back into the engine (queue instead): the
+// engine is walking its QPs then.
 class Env {
  public:
   virtual ~Env() = default;

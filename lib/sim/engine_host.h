@@ -89,7 +89,9 @@ class EngineHosts {
   // naming where in the requester's memory that payload is, and the
   // responder's engine hands each placement to `check` instead of writing
   // memory. Frames keep their size and the run its events; the copies go,
-  // and so may the responders' buffers (registered memory is never touched).
+  // and so may the responders' buffers (the responders' registered memory is
+  // never touched). A corrupted bit in the bytes a token leaves out is
+  // caught only by the ICRC check (mrc-sim turns it on when links corrupt).
   // For a caller that knows what every placement must be (mrc-sim).
   using PlacementCheck = std::function<void(uint32_t host, const Placement&)>;
   void set_payload_tokens(PlacementCheck check) { placement_check_ = std::move(check); }
