@@ -38,11 +38,15 @@ Link::Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink)
 // whose algorithm differs between standard libraries.
 double Link::uniform() { return static_cast<double>(next_random() >> 11) * 0x1.0p-53; }
 
+uint64_t Link::wire_ps(uint64_t bytes) const {
+  return params_.rate_gbps > 0
+             ? static_cast<uint64_t>(std::llround(static_cast<double>(bytes) * 8000.0 / params_.rate_gbps))
+             : 0;
+}
+
 void Link::set_up(bool up) {
   if (params_.up && !up) {
     ++epoch_;
-    queue_.clear();
-    queue_total_ = 0;
     busy_until_ps_ = 0;
   }
   params_.up = up;
@@ -60,35 +64,22 @@ void Link::set_params(const LinkParams& params) {
   set_up(params.up);
 }
 
-void Link::pop_finished() {
-  const uint64_t now_ps = loop_.now() * kPsPerNs;
-  while (!queue_.empty() && queue_.front().done_ps <= now_ps) {
-    queue_total_ -= queue_.front().bytes;
-    queue_.pop_front();
-  }
-}
-
 uint64_t Link::queued_bytes() const {
   const uint64_t now_ps = loop_.now() * kPsPerNs;
-  uint64_t q = queue_total_;
-  for (const Queued& e : queue_) {
-    if (e.done_ps > now_ps) break;
-    q -= e.bytes;
-  }
-  return q;
+  if (busy_until_ps_ <= now_ps) return 0;
+  // + 0.5 and truncation round the positive value to nearest (std::llround is a libm call).
+  return static_cast<uint64_t>(static_cast<double>(busy_until_ps_ - now_ps) * params_.rate_gbps / 8000.0 + 0.5);
 }
 
 Nanos Link::drain_time() const { return std::max(loop_.now(), ps_to_ns_ceil(busy_until_ps_)); }
 
 Nanos Link::time_queued_at_most(uint64_t bytes) const {
-  Nanos t = loop_.now();
-  uint64_t q = queue_total_;
-  for (const Queued& e : queue_) {
-    if (q <= bytes) break;
-    q -= e.bytes;
-    t = std::max(t, ps_to_ns_ceil(e.done_ps));
-  }
-  return t;
+  const uint64_t now_ps = loop_.now() * kPsPerNs;
+  // Rounded down, so that queued_bytes() is at most `bytes` from then on.
+  const uint64_t keep_ps =
+      params_.rate_gbps > 0 ? static_cast<uint64_t>(static_cast<double>(bytes) * 8000.0 / params_.rate_gbps) : 0;
+  if (busy_until_ps_ <= now_ps + keep_ps) return loop_.now();
+  return ps_to_ns_ceil(busy_until_ps_ - keep_ps);
 }
 
 void Link::send(std::vector<uint8_t> frame) {
@@ -99,8 +90,7 @@ void Link::send(std::vector<uint8_t> frame) {
     FramePool::give(std::move(frame));
     return;
   }
-  pop_finished();
-  const uint64_t queued = queue_total_;
+  const uint64_t queued = queued_bytes();
   const bool trimmed = params_.trim_bytes && queued + frame.size() > params_.trim_bytes && trim(frame);
   if (queued + frame.size() > params_.queue_bytes) {
     ++ctr_.dropped_queue;
@@ -110,13 +100,7 @@ void Link::send(std::vector<uint8_t> frame) {
   if (trimmed) ++ctr_.trimmed;
   if (params_.ecn_max_bytes && mark_ecn(frame, queued)) ++ctr_.ecn_marked;
 
-  const uint64_t ser_ps =
-      params_.rate_gbps > 0
-          ? static_cast<uint64_t>(std::llround(static_cast<double>(frame.size()) * 8000.0 / params_.rate_gbps))
-          : 0;
-  busy_until_ps_ = std::max(busy_until_ps_, loop_.now() * kPsPerNs) + ser_ps;
-  queue_.push_back({busy_until_ps_, static_cast<uint32_t>(frame.size())});
-  queue_total_ += frame.size();
+  busy_until_ps_ = std::max(busy_until_ps_, loop_.now() * kPsPerNs) + wire_ps(frame.size());
   Nanos arrive = ps_to_ns_ceil(busy_until_ps_) + params_.delay_ns;
   if (blackhole_) {
     ++ctr_.dropped_down;

@@ -1,11 +1,13 @@
 // A one-directional link: an output queue drained at line rate, then a wire
 // with propagation delay and seeded impairments. The queue is FIFO with tail
 // drop, optional RED-style ECN marking and optional payload trimming, so the
-// same Link serves as a host uplink and as a switch egress port.
+// same Link serves as a host uplink and as a switch egress port. Its depth
+// is the bytes not yet serialized, the frame on the wire counting for what
+// is left of it, as a switch that frees buffer cells as they drain; so the
+// queue is one time, when it will be empty, and needs no list of frames.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string_view>
 #include <vector>
@@ -17,7 +19,7 @@ namespace mrc::sim {
 struct LinkParams {
   double rate_gbps = 100.0;        // <= 0: no serialization delay
   Nanos delay_ns = 1000;           // propagation, last bit out to last bit in
-  uint32_t queue_bytes = 1 << 20;  // tail-drop limit, counting the frame being serialized
+  uint32_t queue_bytes = 1 << 20;  // tail-drop limit on bytes not yet serialized
   double loss = 0.0;               // per-frame probabilities
   double corrupt = 0.0;
   double duplicate = 0.0;
@@ -91,11 +93,13 @@ class Link {
   void set_blackhole(bool on);
   bool blackhole() const { return blackhole_; }
   const LinkParams& params() const { return params_; }
-  // New parameters apply to frames sent from now on; `up` goes through set_up().
+  // New parameters apply to frames sent from now on; `up` goes through
+  // set_up(). Frames queued before a new rate leave when they were due, but
+  // queued_bytes() counts what is left of them at the new rate.
   void set_params(const LinkParams& params);
 
   const LinkCounters& counters() const { return ctr_; }
-  // Bytes accepted whose last bit has not left yet.
+  // Bytes accepted and not yet serialized (to the nearest byte).
   uint64_t queued_bytes() const;
   // When the queue will be empty (now when it is).
   Nanos drain_time() const;
@@ -103,13 +107,9 @@ class Link {
   Nanos time_queued_at_most(uint64_t bytes) const;
 
  private:
-  struct Queued {
-    uint64_t done_ps;  // last bit out
-    uint32_t bytes;
-  };
-
   double uniform();
-  void pop_finished();
+  // Serialization time in picoseconds of `bytes` at the link's rate.
+  uint64_t wire_ps(uint64_t bytes) const;
   bool trim(std::vector<uint8_t>& frame);
   bool mark_ecn(std::vector<uint8_t>& frame, uint64_t queued);
   bool flip_bit(std::vector<uint8_t>& frame);
@@ -125,14 +125,12 @@ class Link {
   }
 
   EventLoop& loop_;
+  // Times are kept in picoseconds so back-to-back frames do not accumulate
+  // rounding; events fire at the next whole nanosecond.
+  uint64_t busy_until_ps_ = 0;  // when the last bit queued leaves
   LinkParams params_;
   uint64_t rng_state_;
   Sink sink_;
-  // Times are kept in picoseconds so back-to-back frames do not accumulate
-  // rounding; events fire at the next whole nanosecond.
-  std::deque<Queued> queue_;
-  uint64_t queue_total_ = 0;  // bytes in queue_
-  uint64_t busy_until_ps_ = 0;
   uint64_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
   bool blackhole_ = false;
   LinkCounters ctr_;
