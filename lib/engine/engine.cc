@@ -570,6 +570,8 @@ bool Engine::wants_tx() const {
   return false;
 }
 
+uint32_t Engine::tx_full_planes() const { return impl_->full_planes; }
+
 int Engine::post_send(uint32_t qpn, const SendWr& wr) {
   auto& I = *impl_;
   Qp* qp = I.find_qp(qpn);

@@ -209,6 +209,9 @@ class Engine {
   Nanos next_deadline() const;
   // True while some QP has packets it would send given TX room.
   bool wants_tx() const;
+  // Bit p: the last on_rx() or poll() found plane p without TX room, so a
+  // caller that wants_tx() has it wait for room there and nowhere else.
+  uint32_t tx_full_planes() const;
 
   // Planes and EVs (the controller's levers).
   void set_plane_up(uint32_t plane, bool up, Nanos now);

@@ -1,6 +1,7 @@
 #include "sim/engine_host.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "sim/frame_pool.h"
@@ -166,10 +167,13 @@ void EngineHosts::after_engine_call(Host& host) {
 void EngineHosts::rearm(Host& host) {
   const engine::Engine& e = *host.engine_;
   Nanos t = e.next_deadline();
-  // Blocked on a full uplink: wake when one has room again. If the engine
-  // wanted another plane, it is window- or pace-bound and its deadline covers it.
+  // Blocked on a full uplink: wake when one has room again. Only the planes
+  // the engine found full are looked at (their links are already in cache);
+  // if it wanted another plane, it is window- or pace-bound and its deadline
+  // covers it.
   if (e.wants_tx()) {
-    for (const Link* up : host.uplinks_) {
+    for (uint32_t full = e.tx_full_planes(); full; full &= full - 1) {
+      const Link* up = host.uplinks_[std::countr_zero(full)];
       if (uplink_room(*up, tx_stage_bytes_) == 0)
         t = std::min(t, up->time_queued_at_most(room_threshold(*up, tx_stage_bytes_)));
     }

@@ -942,7 +942,11 @@ TEST_CASE("QPs of one host share its ports fairly when polls find room for one f
     }
   }
   fab.poll(0);
+  // Both 16 KB stages filled at once; the host sleeps until one drains.
+  CHECK(fab.engine(0).wants_tx());
+  CHECK(fab.engine(0).tx_full_planes() == 0b11);
   fab.loop().run_until_idle(1'000'000'000);
+  CHECK(fab.engine(0).tx_full_planes() == 0);
   for (uint32_t q = 0; q < kQps; ++q) {
     REQUIRE(done[q] != kNever);
     CHECK(std::memcmp(dst.data() + q * kMessages * kSize, src.data(), src.size()) == 0);
