@@ -73,7 +73,8 @@ class EngineHosts::Host final : public engine::Env {
     std::vector<uint8_t> f = std::move(pending_[plane]);
     f.resize(len);
     if (hosts_.tap_) hosts_.tap_(index_, plane, {f.data(), len}, hosts_.now());
-    uplinks_[plane]->send(std::move(f));
+    const uint64_t tag = hosts_.tagger_ ? hosts_.tagger_({f.data(), len}) : 0;
+    uplinks_[plane]->send(std::move(f), tag);
     pending_[plane] = FramePool::take(kFrameBufferBytes);
   }
 

@@ -96,6 +96,9 @@ class EngineHosts {
   using PlacementCheck = std::function<void(uint32_t host, const Placement&)>;
   void set_payload_tokens(PlacementCheck check) { placement_check_ = std::move(check); }
   void set_tx_tap(TxTap tap) { tap_ = std::move(tap); }
+  // Tags each frame a host sends (Link::Sink), while its headers are in cache.
+  using TxTagger = uint64_t (*)(std::span<const uint8_t> frame);
+  void set_tx_tagger(TxTagger tagger) { tagger_ = tagger; }
 
   // A frame arrives at host h on plane p: on_rx, then a poll.
   void deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame);
@@ -124,6 +127,7 @@ class EngineHosts {
   CompletionHook hook_;
   PlacementCheck placement_check_;
   TxTap tap_;
+  TxTagger tagger_ = nullptr;
   std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
   // Completions waiting for the hook, which must not run inside the engine;
   // shared by all hosts so that a hook's post_send keeps them in order.

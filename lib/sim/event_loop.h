@@ -18,7 +18,7 @@ using Nanos = engine::Nanos;
 using engine::kNever;
 
 // A move-only void() callable that keeps small captures inline: a frame
-// delivery (a link, an epoch and the frame: 40 bytes) is scheduled for every
+// delivery (a link, an epoch, a tag and the frame: 48 bytes) is scheduled for every
 // hop of every packet, and std::function allocated for each one. Bigger
 // callables go to the heap.
 class Callback {

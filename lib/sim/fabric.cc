@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -21,6 +22,12 @@ struct Route {
   uint64_t hash = 0;
 };
 
+// A frame's tag (Link::Sink): the 16 address bits that name the destination
+// host (host + 1) above 48 bits of a digest of the 5-tuple, which each leaf
+// hashes with its own seed.
+constexpr unsigned kTagHostShift = 48;
+constexpr uint64_t kTagFlowMask = (uint64_t(1) << kTagHostShift) - 1;
+
 inline uint64_t mix(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
@@ -28,41 +35,51 @@ inline uint64_t mix(uint64_t x) {
 }
 
 // Parses Ethernet, an optional VLAN tag, IPv4 or IPv6 and UDP in place; no
-// allocation. Only the address scheme of Fabric::addr is understood.
-bool parse_route(const std::vector<uint8_t>& f, uint64_t seed, Route& r) {
+// allocation. Only the address scheme of Fabric::addr is understood. 0 for a
+// frame that is not IP.
+uint64_t route_tag(std::span<const uint8_t> f) {
   const uint8_t* d = f.data();
   const size_t n = f.size();
-  if (n < wire::kEthLen) return false;
+  if (n < wire::kEthLen) return 0;
   uint16_t type = wire::load_be16(d + 12);
   size_t l3 = wire::kEthLen;
   if (type == wire::kEtherTypeVlan) {
-    if (n < l3 + wire::kVlanTagLen) return false;
+    if (n < l3 + wire::kVlanTagLen) return 0;
     type = wire::load_be16(d + l3 + 2);
     l3 += wire::kVlanTagLen;
   }
-  uint64_t src_ip, dst_ip;
+  uint64_t src_ip, dst_ip, dst_host;
   uint8_t proto;
   size_t l4;
   if (type == wire::kEtherTypeIpv4) {
-    if (n < l3 + wire::kIpv4Len) return false;
+    if (n < l3 + wire::kIpv4Len) return 0;
     proto = d[l3 + 9];
     src_ip = wire::load_be32(d + l3 + 12);
     dst_ip = wire::load_be32(d + l3 + 16);
     l4 = l3 + (d[l3] & 0x0F) * 4u;
-    r.dst_host = (static_cast<uint32_t>(dst_ip) & 0xFFFF) - 1;
+    dst_host = dst_ip & 0xFFFF;
   } else if (type == wire::kEtherTypeIpv6) {
-    if (n < l3 + wire::kIpv6Len) return false;
+    if (n < l3 + wire::kIpv6Len) return 0;
     proto = d[l3 + 6];
     src_ip = wire::load_be<8>(d + l3 + 16) ^ wire::load_be<8>(d + l3 + 8);
     dst_ip = wire::load_be<8>(d + l3 + 32) ^ wire::load_be<8>(d + l3 + 24);
     l4 = l3 + wire::kIpv6Len;
-    r.dst_host = wire::load_be16(d + l3 + 38) - 1u;
+    dst_host = wire::load_be16(d + l3 + 38);
   } else {
-    return false;
+    return 0;
   }
   uint32_t ports = 0;
   if (proto == wire::kIpProtoUdp && n >= l4 + wire::kUdpLen) ports = wire::load_be32(d + l4);
-  r.hash = mix(seed ^ mix(src_ip * 0x9E3779B97F4A7C15ull ^ dst_ip) ^ (uint64_t(proto) << 32 | ports));
+  const uint64_t flow = mix(src_ip * 0x9E3779B97F4A7C15ull ^ dst_ip) ^ (uint64_t(proto) << 32 | ports);
+  return dst_host << kTagHostShift | (flow & kTagFlowMask);
+}
+
+// A frame without a tag is read here, at the switch.
+bool route(const std::vector<uint8_t>& f, uint64_t tag, uint64_t seed, Route& r) {
+  if (!tag) tag = route_tag(f);
+  if (!tag) return false;
+  r.dst_host = static_cast<uint32_t>(tag >> kTagHostShift) - 1;
+  r.hash = mix(seed ^ (tag & kTagFlowMask));
   return true;
 }
 
@@ -94,10 +111,11 @@ Fabric::Fabric(const Config& cfg)
     for (uint32_t h = 0; h < H; ++h) {
       const uint64_t s = derive_seed(derive_seed(cfg_.seed, h), p);
       const uint32_t l = leaf_of(h);
-      uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 0),
-                                                [this, p, l](std::vector<uint8_t> f) { leaf_rx(p, l, std::move(f)); }));
+      uplinks_.push_back(std::make_unique<Link>(
+          loop_, cfg_.host_link, derive_seed(s, 0),
+          [this, p, l](std::vector<uint8_t> f, uint64_t tag) { leaf_rx(p, l, std::move(f), tag); }));
       downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 1),
-                                                  [this, h, p](std::vector<uint8_t> f) {
+                                                  [this, h, p](std::vector<uint8_t> f, uint64_t) {
                                                     hosts_.deliver(h, p, f);
                                                     FramePool::give(std::move(f));
                                                   }));
@@ -106,17 +124,18 @@ Fabric::Fabric(const Config& cfg)
       leaf_seed_.push_back(derive_seed(derive_seed(cfg_.seed, kSwitchSeedTag), p * 65536ull + l));
       for (uint32_t s = 0; s < spines_; ++s) {
         const uint64_t ls = derive_seed(derive_seed(cfg_.seed, 0x1000000ull + l * 4096ull + s), p);
-        to_spine_.push_back(
-            std::make_unique<Link>(loop_, cfg_.fabric_link, derive_seed(ls, 2),
-                                   [this, p, s](std::vector<uint8_t> f) { spine_rx(p, s, std::move(f)); }));
-        to_leaf_.push_back(
-            std::make_unique<Link>(loop_, cfg_.fabric_link, derive_seed(ls, 3),
-                                   [this, p, l](std::vector<uint8_t> f) { leaf_rx(p, l, std::move(f)); }));
+        to_spine_.push_back(std::make_unique<Link>(
+            loop_, cfg_.fabric_link, derive_seed(ls, 2),
+            [this, p, s](std::vector<uint8_t> f, uint64_t tag) { spine_rx(p, s, std::move(f), tag); }));
+        to_leaf_.push_back(std::make_unique<Link>(
+            loop_, cfg_.fabric_link, derive_seed(ls, 3),
+            [this, p, l](std::vector<uint8_t> f, uint64_t tag) { leaf_rx(p, l, std::move(f), tag); }));
       }
     }
   }
 
   hosts_.set_tx_stage_bytes(cfg_.host_tx_stage_bytes);
+  hosts_.set_tx_tagger(route_tag);
   for (uint32_t h = 0; h < H; ++h) {
     std::vector<Link*> ups;
     for (uint32_t p = 0; p < P; ++p) ups.push_back(&uplink(h, p));
@@ -141,27 +160,27 @@ std::array<engine::PlaneAddr, engine::kMaxPlanes> Fabric::addrs(uint32_t h) cons
   return a;
 }
 
-void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame) {
+void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag) {
   Route r;
-  if (!parse_route(frame, leaf_seed_[p * leaves_ + l], r) || r.dst_host >= cfg_.hosts) {
+  if (!route(frame, tag, leaf_seed_[p * leaves_ + l], r) || r.dst_host >= cfg_.hosts) {
     ++stats_.unroutable;
     return;
   }
   if (leaf_of(r.dst_host) == l) {
-    downlink(r.dst_host, p).send(std::move(frame));
+    downlink(r.dst_host, p).send(std::move(frame), tag);
     return;
   }
-  leaf_to_spine(p, l, static_cast<uint32_t>(r.hash % spines_)).send(std::move(frame));
+  leaf_to_spine(p, l, static_cast<uint32_t>(r.hash % spines_)).send(std::move(frame), tag);
 }
 
-void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame) {
+void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag) {
   Route r;
   // A spine has one path to each leaf: no hash needed.
-  if (!parse_route(frame, 0, r) || r.dst_host >= cfg_.hosts) {
+  if (!route(frame, tag, 0, r) || r.dst_host >= cfg_.hosts) {
     ++stats_.unroutable;
     return;
   }
-  spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame));
+  spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame), tag);
 }
 
 // The NIC is not told (a port status update is the caller's business), so

@@ -82,7 +82,7 @@ Nanos Link::time_queued_at_most(uint64_t bytes) const {
   return ps_to_ns_ceil(busy_until_ps_ - keep_ps);
 }
 
-void Link::send(std::vector<uint8_t> frame) {
+void Link::send(std::vector<uint8_t> frame, uint64_t tag) {
   ++ctr_.sent;
   ctr_.sent_bytes += frame.size();
   if (!params_.up) {
@@ -121,13 +121,13 @@ void Link::send(std::vector<uint8_t> frame) {
   }
   if (params_.duplicate > 0 && uniform() < params_.duplicate) {
     ++ctr_.duplicated;
-    deliver_at(arrive, frame);
+    deliver_at(arrive, frame, tag);
   }
-  deliver_at(arrive, std::move(frame));
+  deliver_at(arrive, std::move(frame), tag);
 }
 
-void Link::deliver_at(Nanos t, std::vector<uint8_t> frame) {
-  loop_.at(t, [this, epoch = epoch_, f = std::move(frame)]() mutable {
+void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag) {
+  loop_.at(t, [this, epoch = epoch_, tag, f = std::move(frame)]() mutable {
     if (epoch != epoch_ || !params_.up) {
       ++ctr_.dropped_down;
       FramePool::give(std::move(f));
@@ -135,7 +135,7 @@ void Link::deliver_at(Nanos t, std::vector<uint8_t> frame) {
     }
     ++ctr_.delivered;
     ctr_.delivered_bytes += f.size();
-    if (sink_) sink_(std::move(f));
+    if (sink_) sink_(std::move(f), tag);
   });
 }
 

@@ -73,7 +73,11 @@ uint64_t derive_seed(uint64_t seed, uint64_t tag);
 
 class Link {
  public:
-  using Sink = std::function<void(std::vector<uint8_t>)>;
+  // A frame travels with a tag: what the network worked out from its
+  // headers where they were last in cache (the sending host), so that
+  // switches route without reading the frame again. Links pass it on
+  // untouched; 0 means none.
+  using Sink = std::function<void(std::vector<uint8_t> frame, uint64_t tag)>;
 
   Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink = {});
   // Scheduled deliveries point at this link.
@@ -82,7 +86,7 @@ class Link {
 
   void set_sink(Sink sink) { sink_ = std::move(sink); }
   // Queues a frame at loop.now(); the sink gets it (or not) at arrival time.
-  void send(std::vector<uint8_t> frame);
+  void send(std::vector<uint8_t> frame, uint64_t tag = 0);
 
   // Taking a link down empties its queue and loses every frame in flight.
   void set_up(bool up);
@@ -113,7 +117,7 @@ class Link {
   bool trim(std::vector<uint8_t>& frame);
   bool mark_ecn(std::vector<uint8_t>& frame, uint64_t queued);
   bool flip_bit(std::vector<uint8_t>& frame);
-  void deliver_at(Nanos t, std::vector<uint8_t> frame);
+  void deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag);
 
   // splitmix64: a fabric has thousands of links and mt19937_64 kept 2.5 KB
   // of state in each, which cost a cache miss per frame and hop.

@@ -49,13 +49,14 @@ TestNet::TestNet(const Config& cfg)
   for (uint32_t h = 0; h < cfg_.hosts; ++h) {
     for (uint32_t p = 0; p < cfg_.planes; ++p) {
       const uint64_t s = derive_seed(derive_seed(cfg_.seed, h), p);
-      uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 0),
-                                                [this, p](std::vector<uint8_t> f) { forward(p, std::move(f)); }));
-      downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 1),
-                                                  [this, h, p](std::vector<uint8_t> f) {
-                                                    hosts_.deliver(h, p, f);
-                                                    FramePool::give(std::move(f));
-                                                  }));
+      uplinks_.push_back(
+          std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 0),
+                                 [this, p](std::vector<uint8_t> f, uint64_t) { forward(p, std::move(f)); }));
+      downlinks_.push_back(
+          std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 1), [this, h, p](std::vector<uint8_t> f, uint64_t) {
+            hosts_.deliver(h, p, f);
+            FramePool::give(std::move(f));
+          }));
     }
   }
 

@@ -170,7 +170,7 @@ TEST_CASE("a lost packet a SACK cannot yet condemn is resent by the reorder time
   const uint32_t lost_psn = before.snd_nxt;
   int dropped = 0;
   for (uint32_t pl = 0; pl < 4; ++pl) {
-    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, lost_psn, pl](std::vector<uint8_t> f) {
+    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, lost_psn, pl](std::vector<uint8_t> f, uint64_t) {
       wire::Packet pk;
       if (!dropped && wire::parse_frame(f, pk) == wire::ParseError::ok && pk.at.payload_len &&
           pk.bth().psn() == lost_psn) {
@@ -954,4 +954,51 @@ TEST_CASE("QPs of one host share its ports fairly when polls find room for one f
   const auto [first, last] = std::minmax_element(done.begin(), done.end());
   INFO("first QP done at " << *first << " ns, last at " << *last << " ns");
   CHECK(*last - *first <= *last / 20);
+}
+
+// Hosts tag each frame with its route so switches need not read it again;
+// a frame that reaches a switch untagged is routed from its headers.
+TEST_CASE("the fabric routes a frame the same with or without the sender's route tag") {
+  const bool strip = GENERATE(false, true);
+  INFO("tags stripped on host 0's uplinks: " << strip);
+  sim::Fabric::Config cfg;
+  cfg.hosts = 4;
+  cfg.hosts_per_leaf = 2;  // host 0 reaches host 3 through a spine
+  cfg.spines = 2;
+  cfg.planes = 2;
+  sim::Fabric fab(cfg);
+  std::vector<uint8_t> src(256 * 1024), dst(src.size());
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 5 + 1);
+  uint32_t lkey = 0, rkey = 0, unused = 0;
+  REQUIRE(fab.engine(0).reg_mr(1, src.data(), 0x1000, src.size(), kAccessLocalWrite, lkey, unused));
+  REQUIRE(
+      fab.engine(3).reg_mr(1, dst.data(), 0x900000, dst.size(), kAccessLocalWrite | kAccessRemoteWrite, unused, rkey));
+  const auto pair = fab.connect_qp_pair(0, 3, {}, 1, 1);
+  REQUIRE(pair);
+  uint64_t untagged = 0;
+  if (strip) {
+    for (uint32_t p = 0; p < cfg.planes; ++p) {
+      // In place of leaf 0: spine 1 for everything, passed on without the tag.
+      fab.uplink(0, p).set_sink([&fab, &untagged, p](std::vector<uint8_t> f, uint64_t) {
+        ++untagged;
+        fab.leaf_to_spine(p, 0, 1).send(std::move(f));
+      });
+    }
+  }
+  bool done = false;
+  fab.set_completion_hook([&](uint32_t h, const Completion& c) {
+    if (h == 0 && c.status == WcStatus::success) done = true;
+  });
+  SendWr w;
+  w.local_addr = 0x1000;
+  w.length = static_cast<uint32_t>(src.size());
+  w.lkey = lkey;
+  w.remote_addr = 0x900000;
+  w.rkey = rkey;
+  REQUIRE(fab.post_send(0, pair.qpn_a, w) == 0);
+  fab.loop().run_until_idle(1'000'000'000);
+  REQUIRE(done);
+  CHECK(dst == src);
+  CHECK(fab.stats().unroutable == 0);
+  CHECK((untagged > 0) == strip);
 }

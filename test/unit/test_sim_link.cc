@@ -73,7 +73,7 @@ struct Bench {
   std::vector<Arrival> got;
   Link link;
   Bench(const LinkParams& p, uint64_t seed)
-      : link(loop, p, seed, [this](std::vector<uint8_t> f) {
+      : link(loop, p, seed, [this](std::vector<uint8_t> f, uint64_t) {
           got.push_back({loop.now(), std::move(f)});
         }) {}
 };
