@@ -24,20 +24,22 @@ uint32_t EventLoop::alloc_slot() {
     free_slots_.pop_back();
     return slot;
   }
-  slots_.emplace_back();
-  return static_cast<uint32_t>(slots_.size() - 1);
+  if ((slot_count_ >> kChunkBits) == chunks_.size())
+    chunks_.push_back(std::make_unique<Slot[]>(size_t(1) << kChunkBits));
+  return slot_count_++;
 }
 
 void EventLoop::free_slot(uint32_t slot) {
-  slots_[slot].fn = nullptr;
-  slots_[slot].seq = 0;
-  slots_[slot].in_calendar = false;
+  Slot& s = slot_at(slot);
+  s.fn = nullptr;
+  s.seq = 0;
+  s.in_calendar = false;
   free_slots_.push_back(slot);
   --live_;
 }
 
 void EventLoop::link(uint32_t slot) {
-  Slot& s = slots_[slot];
+  Slot& s = slot_at(slot);
   const size_t b = static_cast<size_t>(s.t & (kWheel - 1));
   Bucket& bk = buckets_[b];
   s.in_calendar = true;
@@ -47,18 +49,18 @@ void EventLoop::link(uint32_t slot) {
     bk.head = slot;
     occupied_[b / 64] |= 1ull << (b % 64);
   } else {
-    slots_[bk.tail].next = slot;
+    slot_at(bk.tail).next = slot;
   }
   bk.tail = slot;
   ++in_calendar_;
 }
 
 void EventLoop::unlink(uint32_t slot) {
-  Slot& s = slots_[slot];
+  Slot& s = slot_at(slot);
   const size_t b = static_cast<size_t>(s.t & (kWheel - 1));
   Bucket& bk = buckets_[b];
-  (s.prev == kNone ? bk.head : slots_[s.prev].next) = s.next;
-  (s.next == kNone ? bk.tail : slots_[s.next].prev) = s.prev;
+  (s.prev == kNone ? bk.head : slot_at(s.prev).next) = s.next;
+  (s.next == kNone ? bk.tail : slot_at(s.next).prev) = s.prev;
   if (bk.head == kNone) occupied_[b / 64] &= ~(1ull << (b % 64));
   s.in_calendar = false;
   --in_calendar_;
@@ -85,7 +87,7 @@ Nanos EventLoop::first_in_calendar() const {
 }
 
 void EventLoop::drop_stale_far() {
-  while (!far_.empty() && slots_[far_.front().slot].seq != far_.front().seq) {
+  while (!far_.empty() && slot_at(far_.front().slot).seq != far_.front().seq) {
     std::pop_heap(far_.begin(), far_.end(), Later{});
     far_.pop_back();
   }
@@ -96,7 +98,7 @@ void EventLoop::pull_far() {
     std::pop_heap(far_.begin(), far_.end(), Later{});
     const Entry e = far_.back();
     far_.pop_back();
-    if (slots_[e.slot].seq == e.seq) link(e.slot);
+    if (slot_at(e.slot).seq == e.seq) link(e.slot);
   }
   drop_stale_far();
 }
@@ -105,7 +107,7 @@ EventId EventLoop::at(Nanos t, Callback fn) {
   if (t < now_) t = now_;
   const uint32_t slot = alloc_slot();
   const uint64_t seq = next_seq_++;
-  Slot& s = slots_[slot];
+  Slot& s = slot_at(slot);
   s.fn = std::move(fn);
   s.seq = seq;
   s.t = t;
@@ -123,8 +125,8 @@ EventId EventLoop::at(Nanos t, Callback fn) {
 }
 
 bool EventLoop::cancel(EventId id) {
-  if (!id || id.slot >= slots_.size() || slots_[id.slot].seq != id.seq) return false;
-  if (slots_[id.slot].in_calendar) unlink(id.slot);
+  if (!id || id.slot >= slot_count_ || slot_at(id.slot).seq != id.seq) return false;
+  if (slot_at(id.slot).in_calendar) unlink(id.slot);
   free_slot(id.slot);
   ++stats_.cancelled;
   drop_stale_far();
@@ -153,12 +155,15 @@ bool EventLoop::run_next(Nanos limit) {
   Bucket& bk = buckets_[static_cast<size_t>(t & (kWheel - 1))];
   const uint32_t slot = bk.head;
   unlink(slot);
-  // Move the callback out first: it may schedule events, which can reuse or
-  // reallocate the slots.
-  Callback fn = std::move(slots_[slot].fn);
-  free_slot(slot);
+  Slot& s = slot_at(slot);
+  s.seq = 0;  // cancel() of the running event finds nothing
+  --live_;
   ++stats_.run;
-  fn();
+  // In place: the slot goes back on the free list only afterwards, so what
+  // the callback schedules cannot reuse it.
+  s.fn();
+  s.fn = nullptr;
+  free_slots_.push_back(slot);
   return true;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <type_traits>
 #include <utility>
@@ -169,9 +170,15 @@ class EventLoop {
     uint32_t head = kNone, tail = kNone;
   };
 
+  // Slots live in fixed chunks so they never move: an event runs in its slot,
+  // and whatever it schedules cannot relocate it (moving every callback out
+  // before the call was an indirect call and a copy per event).
+  static constexpr unsigned kChunkBits = 12;
+  Slot& slot_at(uint32_t slot) { return chunks_[slot >> kChunkBits][slot & ((1u << kChunkBits) - 1)]; }
+  const Slot& slot_at(uint32_t slot) const { return chunks_[slot >> kChunkBits][slot & ((1u << kChunkBits) - 1)]; }
   uint32_t alloc_slot();
   void free_slot(uint32_t slot);
-  void link(uint32_t slot);  // appends to the bucket of slots_[slot].t
+  void link(uint32_t slot);  // appends to the bucket of slot_at(slot).t
   void unlink(uint32_t slot);
   // The earliest non-empty bucket's time, or kNever.
   Nanos first_in_calendar() const;
@@ -189,7 +196,8 @@ class EventLoop {
   std::vector<uint64_t> occupied_ = std::vector<uint64_t>(kWheel / 64);  // bit per non-empty bucket
   size_t in_calendar_ = 0;
   std::vector<Entry> far_;  // min-heap on (t, seq); invariant: empty or the top is live
-  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<Slot[]>> chunks_;
+  uint32_t slot_count_ = 0;  // slots ever made
   std::vector<uint32_t> free_slots_;
   EventLoopStats stats_;
 };

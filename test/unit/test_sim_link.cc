@@ -229,6 +229,28 @@ TEST_CASE("EventLoop cancel and stop") {
   CHECK_FALSE(loop.cancel(d));
 }
 
+TEST_CASE("EventLoop runs an event in place while it schedules thousands more and cancels itself") {
+  EventLoop loop;
+  std::vector<uint32_t> ran;
+  EventId self;
+  const std::vector<uint32_t> payload(64, 7);  // a heap capture that must stay valid throughout
+  self = loop.at(5, [&, payload] {
+    CHECK_FALSE(loop.cancel(self));  // already running
+    for (uint32_t i = 0; i < 10'000; ++i) loop.at(10 + i % 3, [&ran, i] { ran.push_back(i); });
+    CHECK(loop.pending() == 10'000);
+    CHECK(payload == std::vector<uint32_t>(64, 7));
+    ran.push_back(~0u);
+  });
+  CHECK(loop.run_until_idle());
+  REQUIRE(ran.size() == 10'001);
+  CHECK(ran[0] == ~0u);
+  // Time first, then insertion order.
+  CHECK(ran[1] == 0);
+  CHECK(ran[2] == 3);
+  CHECK(ran.back() == 9'998);
+  CHECK(loop.stats().run == 10'001);
+}
+
 TEST_CASE("Link serializes at line rate, then adds the delay") {
   Bench b(clean(), 1);
   const auto f = make_frame(0);
