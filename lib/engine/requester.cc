@@ -422,12 +422,18 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   if (smp.bytes_acked || smp.ecn) qp.cc->on_ack(smp, now);
 }
 
-// Two smoothed RTTs plus the reorder window, a quarter timeout until an RTT
-// has been measured, doubled for each probe left unanswered; never more than
-// half the timeout, which stays the failure detector.
+// One and a half round trips plus the reorder window, a quarter timeout
+// until an RTT has been measured, doubled for each probe left unanswered;
+// never more than half the timeout, which stays the failure detector. The
+// round trip is the latest one when that is shorter than the smoothed one:
+// a tail is probed once the queues that inflated SRTT have drained, and the
+// ACKs it waits for are not delayed (the last message posted asks for one).
+// 0.1 % loss, 128 hosts, ten seeds: from 2 x SRTT, 0.866 -> 0.886 of the
+// loss-free goodput; the loss-free runs are unchanged (they never probe).
 Nanos Engine::Impl::tlp_timeout(const Qp& qp) const {
   const Nanos rto = rto_for(qp);
-  const Nanos pto = qp.srtt ? 2 * qp.srtt + cfg.reorder_window : rto / 4;
+  const Nanos rtt = qp.rack_rtt ? std::min(qp.srtt, qp.rack_rtt) : qp.srtt;
+  const Nanos pto = qp.srtt ? rtt + rtt / 2 + cfg.reorder_window : rto / 4;
   const Nanos cap = rto / 2;
   return pto > (cap >> qp.tlp_backoff) ? cap : pto << qp.tlp_backoff;
 }
