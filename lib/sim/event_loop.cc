@@ -160,10 +160,18 @@ bool EventLoop::run_next(Nanos limit) {
   --live_;
   ++stats_.run;
   // In place: the slot goes back on the free list only afterwards, so what
-  // the callback schedules cannot reuse it.
+  // the callback schedules cannot reuse it (also when it throws, as a
+  // test's REQUIRE inside a hook does). A callback must not destroy the loop.
+  struct Release {
+    EventLoop& loop;
+    Slot& s;
+    uint32_t slot;
+    ~Release() {
+      s.fn = nullptr;
+      loop.free_slots_.push_back(slot);
+    }
+  } release{*this, s, slot};
   s.fn();
-  s.fn = nullptr;
-  free_slots_.push_back(slot);
   return true;
 }
 

@@ -57,8 +57,10 @@ class Callback {
   explicit operator bool() const { return ops_ != nullptr; }
   void operator()() { ops_->call(buf_); }
 
- private:
+  // Captures up to this size are kept inline.
   static constexpr size_t kInline = 48;
+
+ private:
   struct Ops {
     void (*call)(void*);
     void (*move)(void* from, void* to);  // move-constructs `to`, destroys `from`
@@ -116,7 +118,8 @@ class EventLoop {
   Nanos now() const { return now_; }
 
   // Schedules fn at t. A time in the past means now: the event runs after
-  // those already queued for now, never before the clock.
+  // those already queued for now, never before the clock. fn may schedule
+  // and cancel events, but must not destroy the loop.
   EventId at(Nanos t, Callback fn);
   EventId after(Nanos delay, Callback fn) { return at(now_ + delay, std::move(fn)); }
   // Returns false when the event already ran or was cancelled.

@@ -36,6 +36,9 @@ class Fabric {
     LinkParams host_link;    // host <-> leaf, both directions
     LinkParams fabric_link;  // leaf <-> spine, both directions
     uint32_t host_tx_stage_bytes = 0;  // EngineHosts::set_tx_stage_bytes
+    // Hosts tag frames with their route (Link::Sink); without, every switch
+    // reads each frame's headers. The same routes either way.
+    bool route_tags = true;
     uint64_t seed = 1;
     // num_planes, planes and seed are filled in per host.
     engine::EngineConfig engine_template;

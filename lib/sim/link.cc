@@ -66,7 +66,7 @@ void Link::set_params(const LinkParams& params) {
 
 uint64_t Link::queued_bytes() const {
   const uint64_t now_ps = loop_.now() * kPsPerNs;
-  if (busy_until_ps_ <= now_ps) return 0;
+  if (busy_until_ps_ <= now_ps || params_.rate_gbps <= 0) return 0;
   // + 0.5 and truncation round the positive value to nearest (std::llround is a libm call).
   return static_cast<uint64_t>(static_cast<double>(busy_until_ps_ - now_ps) * params_.rate_gbps / 8000.0 + 0.5);
 }
@@ -127,7 +127,7 @@ void Link::send(std::vector<uint8_t> frame, uint64_t tag) {
 }
 
 void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag) {
-  loop_.at(t, [this, epoch = epoch_, tag, f = std::move(frame)]() mutable {
+  auto deliver = [this, epoch = epoch_, tag, f = std::move(frame)]() mutable {
     if (epoch != epoch_ || !params_.up) {
       ++ctr_.dropped_down;
       FramePool::give(std::move(f));
@@ -136,7 +136,9 @@ void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag) {
     ++ctr_.delivered;
     ctr_.delivered_bytes += f.size();
     if (sink_) sink_(std::move(f), tag);
-  });
+  };
+  static_assert(sizeof(deliver) <= Callback::kInline, "a frame hop must not allocate");
+  loop_.at(t, std::move(deliver));
 }
 
 bool Link::mark_ecn(std::vector<uint8_t>& frame, uint64_t queued) {
