@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks (not tests): prints the figures recorded in BENCHMARKS.md.
-# usage: scripts/bench.sh [wire|engine|nic|host|sim|sim-scale]
+# usage: scripts/bench.sh [wire|engine|nic|host|sim|sim-seeds|sim-scale]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/build.ninja ] || meson setup build >/dev/null
@@ -49,6 +49,10 @@ PY
         build/app/mrc-sim --config "$c" --transport "$t" | /usr/bin/python3 -c "$summary"
       done
     done
+    ;;
+  sim-seeds)
+    echo "== mrc-sim: permutation and 0.1 % loss, 128 hosts, seeds 1-10"
+    scripts/bench-sim-seeds.sh
     ;;
   sim-scale)
     echo "== mrc-sim: cost against the number of hosts"
