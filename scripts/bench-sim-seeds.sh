@@ -14,10 +14,15 @@ ninja -C build app/mrc-sim >/dev/null
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for s in $seeds; do
+  pids=()
   for c in permutation_128 loss_0p1_128; do
     build/app/mrc-sim --config "config/bench/$c.conf" --seed "$s" "$@" >"$work/$c.$s.json" 2>"$work/$c.$s.err" &
+    pids+=($!)
   done
-  wait
+  for c in permutation_128 loss_0p1_128; do
+    wait "${pids[0]}" || { echo "seed $s: $c failed: $(tail -n 3 "$work/$c.$s.err")" >&2; exit 1; }
+    pids=("${pids[@]:1}")
+  done
 done
 /usr/bin/python3 - "$work" $seeds <<'PY'
 import json, statistics, sys
