@@ -161,6 +161,7 @@ std::array<engine::PlaneAddr, engine::kMaxPlanes> Fabric::addrs(uint32_t h) cons
 }
 
 void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag) {
+  stats_.routed_from_headers += !tag;
   Route r;
   if (!route(frame, tag, leaf_seed_[p * leaves_ + l], r) || r.dst_host >= cfg_.hosts) {
     ++stats_.unroutable;
@@ -174,6 +175,7 @@ void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_
 }
 
 void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag) {
+  stats_.routed_from_headers += !tag;
   Route r;
   // A spine has one path to each leaf: no hash needed.
   if (!route(frame, tag, 0, r) || r.dst_host >= cfg_.hosts) {

@@ -46,6 +46,7 @@ class Fabric {
 
   struct Stats {
     uint64_t unroutable = 0;
+    uint64_t routed_from_headers = 0;  // frames a switch had to read (no route tag)
     uint64_t ev_to_bad = 0;   // GOOD -> ASSUMED_BAD
     uint64_t ev_to_good = 0;  // ASSUMED_BAD -> GOOD
     uint64_t qp_errors = 0;

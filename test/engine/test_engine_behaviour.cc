@@ -149,6 +149,11 @@ TEST_CASE("a lost tail-loss probe is sent again, well before the retransmit time
   p.net.at(t0 + pto + pto / 2, [&net = p.net] {
     for (uint32_t pl = 0; pl < 4; ++pl) net.set_plane_up(pl, true);
   });
+  // The first probe goes exactly one probe timeout after the flight began.
+  p.net.run_until(t0 + pto - 1);
+  CHECK(p.info(0).ctr[QpCtr::tx_probes] == before.ctr[QpCtr::tx_probes]);
+  p.net.run_until(t0 + pto);
+  CHECK(p.info(0).ctr[QpCtr::tx_probes] == before.ctr[QpCtr::tx_probes] + 1);
   p.net.run_until_idle(t0 + 10'000'000);
   REQUIRE(p.net.completions(0).size() == 2);
   CHECK(p.net.completions(0)[1].status == WcStatus::success);
@@ -970,6 +975,7 @@ TEST_CASE("the fabric routes frames the same with or without the senders' route 
     std::vector<uint64_t> delivered;  // per link, every kind
     Nanos done = 0;
     uint64_t unroutable = 0;
+    uint64_t read = 0;  // frames routed from their headers
   };
   auto run = [](bool tags) {
     sim::Fabric::Config cfg;
@@ -1007,6 +1013,7 @@ TEST_CASE("the fabric routes frames the same with or without the senders' route 
     Run r;
     r.done = fab.now();
     r.unroutable = fab.stats().unroutable;
+    r.read = fab.stats().routed_from_headers;
     for (const auto* links : {&fab.uplinks(), &fab.downlinks(), &fab.leaf_to_spine_links(), &fab.spine_to_leaf_links()})
       for (const auto& l : *links) r.delivered.push_back(l->counters().delivered);
     return r;
@@ -1014,6 +1021,8 @@ TEST_CASE("the fabric routes frames the same with or without the senders' route 
   const Run tagged = run(true), read = run(false);
   CHECK(tagged.unroutable == 0);
   CHECK(read.unroutable == 0);
+  CHECK(tagged.read == 0);
+  CHECK(read.read > 0);
   CHECK(tagged.done == read.done);
   CHECK(tagged.delivered == read.delivered);
   // Spraying used every spine link.
