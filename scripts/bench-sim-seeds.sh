@@ -9,10 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds="1 2 3 4 5 6 7 8 9 10"
 if [ "${1:-}" = --seeds ]; then seeds=$2; shift 2; fi
+for a in "$@"; do
+  case "$a" in --seed | --seed=*) echo "--seed: the script sets each run's seed (use --seeds)" >&2; exit 2 ;; esac
+done
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build app/mrc-sim >/dev/null
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
 for s in $seeds; do
   pids=()
   for c in permutation_128 loss_0p1_128; do
@@ -33,9 +37,9 @@ for s in seeds:
     for j in (p, l):
         assert j["integrity_ok"] and j["completions_ok"], f"seed {s}: {j['scenario']} failed its checks"
     rows.append((s, p["goodput_fraction"], l["goodput_fraction"], l["goodput_fraction"] / p["goodput_fraction"]))
-print(f"{'seed':>4} {'permutation':>12} {'0.1% loss':>10} {'loss/free':>10}")
+print(f"{'seed':>5} {'permutation':>12} {'0.1% loss':>10} {'loss/free':>10}")
 for s, p, l, r in rows:
-    print(f"{s:>4} {p:12.3f} {l:10.3f} {r:10.3f}")
+    print(f"{s:>5} {p:12.3f} {l:10.3f} {r:10.3f}")
 for name, k in (("mean", statistics.mean), ("worst", min)):
-    print(f"{name:>4} {k(r[1] for r in rows):12.3f} {k(r[2] for r in rows):10.3f} {k(r[3] for r in rows):10.3f}")
+    print(f"{name:>5} {k(r[1] for r in rows):12.3f} {k(r[2] for r in rows):10.3f} {k(r[3] for r in rows):10.3f}")
 PY
