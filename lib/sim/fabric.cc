@@ -74,8 +74,9 @@ uint64_t route_tag(std::span<const uint8_t> f) {
   return dst_host << kTagHostShift | (flow & kTagFlowMask);
 }
 
-// A frame without a tag is read here, at the switch.
-bool route(const std::vector<uint8_t>& f, uint64_t tag, uint64_t seed, Route& r) {
+// A frame without a tag is read here, at the switch, and leaves with the
+// tag so that the switches after it need not read it again.
+bool route(const std::vector<uint8_t>& f, uint64_t& tag, uint64_t seed, Route& r) {
   if (!tag) tag = route_tag(f);
   if (!tag) return false;
   r.dst_host = static_cast<uint32_t>(tag >> kTagHostShift) - 1;
