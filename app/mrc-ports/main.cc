@@ -76,11 +76,10 @@ int main(int argc, char** argv) {
     }
     if (ports.empty()) fmt::print("no ports: pass --vdev=... or PCI devices to EAL\n");
   }
-  uint16_t pid;
-  RTE_ETH_FOREACH_DEV(pid) {
-    if (start) rte_eth_dev_stop(pid);
-    rte_eth_dev_close(pid);
-  }
+  std::vector<uint16_t> port_ids;
+  for (const auto& p : ports) port_ids.push_back(p.port_id);
+  if (start) mrc::dp::stop_ports(port_ids);
+  mrc::dp::close_ports(port_ids);
   rte_eal_cleanup();
   return failures ? 2 : 0;
 }

@@ -1,3 +1,7 @@
+// rte_intr_instance_* and rte_intr_{fd,type}_set are still "experimental" in
+// 22.11, yet they are the only way to hand EAL's interrupt thread an fd.
+#define ALLOW_EXPERIMENTAL_API 1
+
 #include "dpdk/eal.h"
 
 #include <rte_bus_vdev.h>
@@ -5,8 +9,16 @@
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_eth_ring.h>
+#include <rte_interrupts.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -15,7 +27,9 @@ namespace mrc::dp {
 int eal_init(int argc, char** argv, std::string& error) {
   int ret = rte_eal_init(argc, argv);
   if (ret < 0) {
-    error = fmt::format("EAL initialisation failed: {}", rte_strerror(rte_errno));
+    // Some EAL failures (another primary holding the file prefix) leave rte_errno at 0.
+    error =
+        fmt::format("EAL initialisation failed: {}", rte_errno ? rte_strerror(rte_errno) : "see EAL's messages above");
     return -1;
   }
   return ret;
@@ -92,6 +106,66 @@ std::string create_ring_pair(const std::string& a, const std::string& b) {
       rte_eth_from_rings(b.c_str(), &a_to_b, 1, &b_to_a, 1, rte_socket_id()) < 0)
     return fmt::format("ring ports {}:{}: {}", a, b, rte_strerror(rte_errno));
   return {};
+}
+
+namespace {
+
+struct InterruptCall {
+  const std::function<void()>* f;
+  int fd;
+  std::atomic<bool> done{false};
+};
+
+void run_interrupt_call(void* arg) {
+  auto* call = static_cast<InterruptCall*>(arg);
+  uint64_t wakeups;
+  // Reading the eventfd clears it; epoll would otherwise report it again.
+  if (read(call->fd, &wakeups, sizeof wakeups) != sizeof wakeups || call->done.load()) return;
+  (*call->f)();
+  call->done.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+void run_on_interrupt_thread(const std::function<void()>& f) {
+  if (rte_thread_is_intr()) return f();
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  rte_intr_handle* handle = fd >= 0 ? rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE) : nullptr;
+  InterruptCall call{&f, fd};
+  const bool registered = handle && rte_intr_fd_set(handle, fd) == 0 &&
+                          rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) == 0 &&
+                          rte_intr_callback_register(handle, run_interrupt_call, &call) == 0;
+  const uint64_t one = 1;
+  if (registered && write(fd, &one, sizeof one) == sizeof one) {
+    const auto warn_at = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    bool warned = false;
+    while (!call.done.load(std::memory_order_acquire)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (!warned && std::chrono::steady_clock::now() > warn_at) {
+        fmt::print(stderr, "mrc: still waiting for EAL's interrupt thread to close ports\n");
+        warned = true;
+      }
+    }
+  } else {
+    f();
+  }
+  if (registered)  // -EAGAIN while the callback is still returning
+    while (rte_intr_callback_unregister(handle, run_interrupt_call, &call) == -EAGAIN)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+  if (handle) rte_intr_instance_free(handle);
+  if (fd >= 0) close(fd);
+}
+
+void stop_ports(const std::vector<uint16_t>& ports) {
+  run_on_interrupt_thread([&] {
+    for (uint16_t p : ports) rte_eth_dev_stop(p);
+  });
+}
+
+void close_ports(const std::vector<uint16_t>& ports) {
+  run_on_interrupt_thread([&] {
+    for (uint16_t p : ports) rte_eth_dev_close(p);
+  });
 }
 
 }  // namespace mrc::dp

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,19 @@ std::string add_vdev(const std::string& spec);
 // Two ethdevs named a and b joined back to back by a pair of rte_rings
 // (what a net_ring vdev cannot do: each of those loops back to itself).
 std::string create_ring_pair(const std::string& a, const std::string& b);
+
+// Runs f() on EAL's interrupt thread and returns once it has run. PMDs handle
+// their control events on that thread, so a port operation that must not
+// overlap those handlers runs there. Runs f() here when already on that thread
+// or when the thread cannot take the call.
+void run_on_interrupt_thread(const std::function<void()>& f);
+
+// Stop and close ports on the interrupt thread. DPDK 22.11's memif disconnects
+// a port both in dev_stop/dev_close and in its interrupt handler when the peer
+// leaves; called from another thread the two free the same control channel
+// ("EAL: Error: Invalid memory", then a corrupt heap) when the peer leaves at
+// the same moment, as when both ends of a pair shut down together.
+void stop_ports(const std::vector<uint16_t>& ports);
+void close_ports(const std::vector<uint16_t>& ports);
 
 }  // namespace mrc::dp

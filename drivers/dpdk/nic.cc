@@ -1,5 +1,7 @@
 #include "dpdk/nic.h"
 
+#include "dpdk/eal.h"
+
 #include <rte_cycles.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -933,13 +935,14 @@ Nic::Nic(const NicSpec& spec) : spec_(spec) {
 
 Nic::~Nic() {
   stop();
+  std::vector<uint16_t> started, all;
   for (auto& d : devices_)
-    for (auto& ps : d->spec_.planes) {
-      rte_eth_dev_stop(ps.port_id);
-    }
-  devices_.clear();
+    for (auto& ps : d->spec_.planes) started.push_back(ps.port_id);
   for (auto& d : spec_.devices)
-    for (auto& ps : d.planes) rte_eth_dev_close(ps.port_id);
+    for (auto& ps : d.planes) all.push_back(ps.port_id);
+  stop_ports(started);
+  devices_.clear();
+  close_ports(all);
   rte_mempool_free(pool_);
 }
 
