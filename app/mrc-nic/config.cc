@@ -66,6 +66,9 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
+  app.add_option("--tail-probe-ns", o.tail_probe_ns,
+                 "a loss probe follows the end of each flight after this long (-1: none, probe timeout only)")
+      ->capture_default_str();
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
                  "the reorder window may grow to this many times its base after needless resends (1: fixed)")
       ->check(CLI::Range(1u, 255u))
@@ -226,6 +229,7 @@ std::string build(const Options& o, Built& out) {
   ec.ack_req_every = o.ack_req_every;
   ec.reorder_window = o.reorder_window_ns;
   ec.reorder_window_growth = o.reorder_window_growth;
+  ec.tail_probe_delay = o.tail_probe_ns < 0 ? engine::kNever : engine::Nanos(o.tail_probe_ns);
   ec.plane_silent_losses = o.plane_silent_losses;
   ec.seed = o.seed;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";

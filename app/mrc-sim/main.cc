@@ -68,6 +68,7 @@ struct Options {
   uint32_t mpr = 8;
   uint32_t plane_silent_losses = engine::EngineConfig{}.plane_silent_losses;
   uint32_t reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
+  int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
   // Failures.
   int fail_plane = -1;
   std::string fail_link;    // host:PLANE:HOST or fabric:PLANE:INDEX
@@ -512,6 +513,7 @@ int Sim::run() {
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
   fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
   fc.engine_template.reorder_window_growth = o_.reorder_window_growth;
+  fc.engine_template.tail_probe_delay = o_.tail_probe_ns < 0 ? kNever : Nanos(o_.tail_probe_ns);
   fc.engine_template.icrc_offload =
       o_.icrc == "off" || (o_.icrc == "auto" && o_.corrupt <= 0 && o_.pcap.empty());
   std::string err;
@@ -818,6 +820,9 @@ int main(int argc, char** argv) {
   app.add_option("--retry-exp", o.retry_exp, "exponential retries (-1: 25 for mrc, 0 for rocev2)")
       ->capture_default_str();
   app.add_option("--mpr", o.mpr)->capture_default_str();
+  app.add_option("--tail-probe-ns", o.tail_probe_ns,
+                 "a loss probe follows the end of each flight after this long (-1: none, probe timeout only)")
+      ->capture_default_str();
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
                  "the reorder window may grow to this many times its base after needless resends (1: fixed)")
       ->check(CLI::Range(1u, 255u))

@@ -90,6 +90,12 @@ struct EngineConfig {
   // was late, not lost), up to this many base windows, and falls back after
   // 16 round trips without one (RFC 8985 §6.2 step 4). 1 keeps it fixed.
   uint32_t reorder_window_growth = 2;
+  // A flight's end (every posted packet sent, none waiting to be resent) is
+  // followed this long after by a loss probe, instead of a probe timeout's
+  // round trips later: a lost tail packet is otherwise found only by that
+  // timeout. The wait lets a host posting back to back add work first, so
+  // probes go where flights really end. kNever: no tail probes.
+  Nanos tail_probe_delay = 2000;
   // How often an ASSUMED_BAD EV is probed (doubling per silent probe up to
   // probe_interval_max).
   Nanos probe_interval = 50000;

@@ -136,6 +136,7 @@ struct Qp {
   // reply dates every packet sent before it, so tail losses are found
   // without waiting for the retransmit timeout.
   Nanos tlp_at = kNever;
+  Nanos tail_probe_at = kNever;
   Nanos tlp_sent_at = 0;
   bool tlp_outstanding = false;
   uint8_t tlp_backoff = 0;       // probe timer expiries since it was armed (new flight, SACK with news)
@@ -349,6 +350,7 @@ struct Engine::Impl {
   void resend_in_flight_on(Qp& qp, uint32_t planes, Nanos now);
   void send_tlp(Qp& qp, Nanos now);
   Nanos tlp_timeout(const Qp& qp) const;
+  void note_tail(Qp& qp, Nanos now);
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;
   void flush(Qp& qp, WcStatus cause, uint32_t culprit);

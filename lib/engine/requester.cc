@@ -90,6 +90,20 @@ Nanos Engine::Impl::rto_for(const Qp& qp) const {
   return qp.rto_base > (kMaxRto >> shift) ? kMaxRto : qp.rto_base << shift;
 }
 
+// The probe behind a flight's last packet (EngineConfig::tail_probe_delay).
+// Its reply tells in one round trip whether the tail arrived, where the
+// probe timeout waits 1.5 round trips plus the reorder window first. 0.1 %
+// loss, 128 hosts, ten seeds: 0.883 -> 0.913 of the loss-free goodput
+// (worst seed 0.846 -> 0.880); 1 % loss 67.9 -> 75.3 Tb/s (seed 1); 2.5 times
+// the probes, about one per hundred data packets.
+void Engine::Impl::note_tail(Qp& qp, Nanos now) {
+  if (cfg.tail_probe_delay == kNever || cfg.transport != Transport::mrc || qp.sq_send != qp.sq_tail ||
+      qp.rtx_head != qp.rtx_tail)
+    return;
+  qp.tail_probe_at = now + cfg.tail_probe_delay;
+  qp.tlp_at = std::min(qp.tlp_at, qp.tail_probe_at);
+}
+
 uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
   if (qp.state != QpState::rts) return 0;
   uint32_t sent = 0;
@@ -106,6 +120,7 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
       if (!window_open(qp, t.len) || !send_data(qp, psn, true, now)) return sent;
       ++qp.rtx_head;
       ++sent;
+      note_tail(qp, now);
       continue;
     }
     if (qp.sq_send == qp.sq_tail) return sent;
@@ -124,6 +139,7 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
     t.len = len;
     if (!send_data(qp, qp.snd_nxt, false, now)) return sent;
     ++sent;
+    qp.tail_probe_at = kNever;
     if (imm && e.sent_pkts == 0) ++qp.wimm_inflight;
     const bool was_idle = qp.snd_una == qp.snd_nxt;
     qp.snd_nxt = psn_add(qp.snd_nxt, 1);
@@ -132,6 +148,7 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
       arm_tlp(qp, now);
     }
     if (++e.sent_pkts == e.npkts) ++qp.sq_send;
+    note_tail(qp, now);
   }
   return sent;
 }
@@ -445,13 +462,16 @@ Nanos Engine::Impl::tlp_timeout(const Qp& qp) const {
 void Engine::Impl::arm_tlp(Qp& qp, Nanos now) {
   qp.tlp_backoff = 0;
   qp.tlp_series_sent = false;
-  qp.tlp_at = cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt ? kNever : now + tlp_timeout(qp);
+  qp.tlp_at = cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt
+                  ? kNever
+                  : std::min(now + tlp_timeout(qp), qp.tail_probe_at);
 }
 
 void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
   // A probe or its reply can be lost like any packet (about one in a hundred
   // at 0.1 % loss per link), so the probe re-arms itself until a SACK with
   // news comes: otherwise that tail waits out the whole timeout.
+  qp.tail_probe_at = kNever;
   if (qp.tlp_backoff < 16) ++qp.tlp_backoff;
   qp.tlp_at = now + tlp_timeout(qp);
   // A probe is a control frame, like the SACKs that need no TX room: if
