@@ -191,7 +191,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
   if (!ok_transition) return ModifyError::bad_transition;
 
   if (to == QpState::init) {
-    if (a.ev.evs.size() > 0xFFFF) return ModifyError::bad_attr;
+    if (a.ev.evs.size() > kMaxEvsPerQp) return ModifyError::bad_attr;
     for (const EvEntry& e : a.ev.evs)
       if (e.plane >= I.cfg.num_planes) return ModifyError::bad_attr;
     qp.attr.ev = a.ev;
@@ -457,6 +457,7 @@ void Engine::Impl::service_qp(Qp& qp, Nanos now) {
   if (qp.state != QpState::rts) return;
   if (qp.snd_una != qp.snd_nxt && now >= qp.rack_timer_at) on_rack_timer(qp, now);
   if (qp.snd_una != qp.snd_nxt && now >= qp.tlp_at) send_tlp(qp, now);
+  if (qp.snd_una != qp.snd_nxt && now >= qp.tail_probe_at) send_tail_probe(qp, now);
   if (now >= qp.next_probe_at) send_probes(qp, now);
 }
 
@@ -536,7 +537,7 @@ Nanos Engine::Impl::qp_timer_deadline(const Qp& qp) const {
   Nanos t = kNever;
   if (qp.unacked_pkts) t = std::min(t, qp.ack_deadline);
   if (qp.state != QpState::rts) return t;
-  if (qp.snd_una != qp.snd_nxt) t = std::min({t, qp.rto_deadline, qp.tlp_at, qp.rack_timer_at});
+  if (qp.snd_una != qp.snd_nxt) t = std::min({t, qp.rto_deadline, qp.tlp_at, qp.tail_probe_at, qp.rack_timer_at});
   return std::min(t, qp.next_probe_at);
 }
 

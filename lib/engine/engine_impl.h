@@ -14,8 +14,14 @@
 
 namespace mrc::engine {
 
-// Probe id of a reliability (tail-loss) probe; EV probes use the EV index.
-inline constexpr uint16_t kReliabilityProbeId = 0xFFFF;
+// Probe ids: an EV probe carries its EV's index, a reliability (loss) probe
+// its sequence number, 15 bits, above kLossProbeIdBase. The reply echoes the
+// id, so a late reply to an earlier probe is not taken for the current
+// one's: with a probe behind each flight, such replies condemned packets
+// sent after the probe they answered (64 B WRITEs on the NIC: a resend for
+// every data packet).
+inline constexpr uint16_t kLossProbeIdBase = 0x8000;
+inline constexpr size_t kMaxEvsPerQp = kLossProbeIdBase;
 // Round trips without a needless resend after which the reorder window
 // falls back to its base (EngineConfig::reorder_window_growth).
 inline constexpr Nanos kReoQuietRtts = 16;
@@ -137,10 +143,17 @@ struct Qp {
   // without waiting for the retransmit timeout.
   Nanos tlp_at = kNever;
   Nanos tail_probe_at = kNever;
+  int32_t tail_ev = -1;  // the EV of the flight's last packet, the tail probe's path
+  // The tail probe answered last: its id, path and time.
+  int32_t tail_probe_ev = -1;
+  uint16_t tail_probe_id = 0;
+  Nanos tail_probe_sent_at = 0;
   Nanos tlp_sent_at = 0;
   bool tlp_outstanding = false;
   uint8_t tlp_backoff = 0;       // probe timer expiries since it was armed (new flight, SACK with news)
   bool tlp_series_sent = false;  // a probe of this series has left: tlp_sent_at is its time
+  uint16_t tlp_seq = 0;          // the next loss probe's sequence number
+  uint16_t tlp_series_first = 0;  // that of this series' first probe
   uint16_t next_msn = 0;
   uint16_t next_rq_msn = 0;
   uint32_t wimm_inflight = 0;
@@ -350,7 +363,11 @@ struct Engine::Impl {
   void resend_in_flight_on(Qp& qp, uint32_t planes, Nanos now);
   void send_tlp(Qp& qp, Nanos now);
   Nanos tlp_timeout(const Qp& qp) const;
-  void note_tail(Qp& qp, Nanos now);
+  void note_tail(Qp& qp, uint32_t psn, Nanos now);
+  void tail_probe_answered(Qp& qp, uint32_t reach, Nanos now);
+  void send_tail_probe(Qp& qp, Nanos now);
+  bool answers_this_series(const Qp& qp, uint16_t probe_id) const;
+  bool send_reliability_probe(Qp& qp, Nanos now, int ev = -1);
   void go_back_n(Qp& qp, uint32_t from_psn, QpCtr why);
   Nanos rto_for(const Qp& qp) const;
   void flush(Qp& qp, WcStatus cause, uint32_t culprit);

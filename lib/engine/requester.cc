@@ -96,12 +96,12 @@ Nanos Engine::Impl::rto_for(const Qp& qp) const {
 // loss, 128 hosts, ten seeds: 0.883 -> 0.913 of the loss-free goodput
 // (worst seed 0.846 -> 0.880); 1 % loss 67.9 -> 75.3 Tb/s (seed 1); 2.5 times
 // the probes, about one per hundred data packets.
-void Engine::Impl::note_tail(Qp& qp, Nanos now) {
+void Engine::Impl::note_tail(Qp& qp, uint32_t psn, Nanos now) {
   if (cfg.tail_probe_delay == kNever || cfg.transport != Transport::mrc || qp.sq_send != qp.sq_tail ||
       qp.rtx_head != qp.rtx_tail)
     return;
   qp.tail_probe_at = now + cfg.tail_probe_delay;
-  qp.tlp_at = std::min(qp.tlp_at, qp.tail_probe_at);
+  qp.tail_ev = qp.win[psn & qp.win_mask].ev;
 }
 
 uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
@@ -120,7 +120,7 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
       if (!window_open(qp, t.len) || !send_data(qp, psn, true, now)) return sent;
       ++qp.rtx_head;
       ++sent;
-      note_tail(qp, now);
+      note_tail(qp, psn, now);
       continue;
     }
     if (qp.sq_send == qp.sq_tail) return sent;
@@ -142,13 +142,14 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
     qp.tail_probe_at = kNever;
     if (imm && e.sent_pkts == 0) ++qp.wimm_inflight;
     const bool was_idle = qp.snd_una == qp.snd_nxt;
+    const uint32_t psn = qp.snd_nxt;
     qp.snd_nxt = psn_add(qp.snd_nxt, 1);
     if (was_idle) {  // a new flight: both timers start (the probe's only once a packet is out)
       qp.rto_deadline = now + rto_for(qp);
       arm_tlp(qp, now);
     }
     if (++e.sent_pkts == e.npkts) ++qp.sq_send;
-    note_tail(qp, now);
+    note_tail(qp, psn, now);
   }
   return sent;
 }
@@ -383,7 +384,7 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
 
   AckSample smp;
   uint32_t high = cack;
-  const bool tlp_reply = s.probe_reply() && s.ack_psn_offset() == kReliabilityProbeId && qp.tlp_outstanding;
+  const bool tlp_reply = s.probe_reply() && qp.tlp_outstanding && answers_this_series(qp, s.ack_psn_offset());
   if (!s.probe_reply()) {
     const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
     if (in_flight_range(qp, trigger)) {
@@ -428,6 +429,10 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     const uint32_t last = psn_add(qp.snd_nxt, -1);
     detect_losses(qp, psn_lt(reach, last) ? reach : last, now, false);
   }
+  if (s.probe_reply() && qp.tail_probe_ev >= 0 && s.ack_psn_offset() == qp.tail_probe_id) {
+    const uint32_t last = psn_add(qp.snd_nxt, -1);
+    tail_probe_answered(qp, psn_lt(reach, last) ? reach : last, now);
+  }
   const uint32_t una_before = qp.snd_una;
   advance_una(qp, now, false);
   // The probe waits for a quiet spell after news (data delivered, a probe
@@ -459,41 +464,81 @@ Nanos Engine::Impl::tlp_timeout(const Qp& qp) const {
   return pto > (cap >> qp.tlp_backoff) ? cap : pto << qp.tlp_backoff;
 }
 
+bool Engine::Impl::answers_this_series(const Qp& qp, uint16_t probe_id) const {
+  if (probe_id < kLossProbeIdBase || !qp.tlp_series_sent) return false;
+  const uint16_t since_first = (probe_id - qp.tlp_series_first) & 0x7FFF;
+  const uint16_t sent = (qp.tlp_seq - qp.tlp_series_first) & 0x7FFF;
+  return since_first < sent;
+}
+
 void Engine::Impl::arm_tlp(Qp& qp, Nanos now) {
   qp.tlp_backoff = 0;
   qp.tlp_series_sent = false;
-  qp.tlp_at = cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt
-                  ? kNever
-                  : std::min(now + tlp_timeout(qp), qp.tail_probe_at);
+  qp.tlp_at = cfg.transport != Transport::mrc || qp.snd_una == qp.snd_nxt ? kNever : now + tlp_timeout(qp);
 }
 
 void Engine::Impl::send_tlp(Qp& qp, Nanos now) {
   // A probe or its reply can be lost like any packet (about one in a hundred
   // at 0.1 % loss per link), so the probe re-arms itself until a SACK with
   // news comes: otherwise that tail waits out the whole timeout.
-  qp.tail_probe_at = kNever;
+  qp.tail_probe_at = kNever;  // this probe covers the tail too
   if (qp.tlp_backoff < 16) ++qp.tlp_backoff;
   qp.tlp_at = now + tlp_timeout(qp);
+  send_reliability_probe(qp, now);
+}
+
+// Outside the probe timeout's series: its timer and back-off stay as they are.
+// It follows the tail on the tail's own path when that is still in use: a
+// path delivers in order, so what its reply lacks of the packets sent on
+// that path before it is lost (tail_probe_answered), without waiting out
+// the reorder window that guards packets on other paths.
+void Engine::Impl::send_tail_probe(Qp& qp, Nanos now) {
+  qp.tail_probe_at = kNever;
+  const int ev = qp.tail_ev >= 0 && size_t(qp.tail_ev) < qp.evs.size() && plane_usable(qp, qp.evs[qp.tail_ev].plane) &&
+                         (qp.evs[qp.tail_ev].state == EvState::good || qp.evs[qp.tail_ev].state == EvState::skip)
+                     ? qp.tail_ev
+                     : -1;
+  const uint16_t id = kLossProbeIdBase | (qp.tlp_seq & 0x7FFF);
+  if (!send_reliability_probe(qp, now, ev)) return;
+  qp.ctr.inc(QpCtr::tx_tail_probes);
+  qp.tail_probe_ev = ev;
+  qp.tail_probe_id = id;
+  qp.tail_probe_sent_at = now;
+}
+
+void Engine::Impl::tail_probe_answered(Qp& qp, uint32_t reach, Nanos now) {
+  const int32_t ev = qp.tail_probe_ev;
+  qp.tail_probe_ev = -1;
+  for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, reach); psn = psn_add(psn, 1)) {
+    const TxPkt& t = qp.win[psn & qp.win_mask];
+    if ((t.flags & kPktInFlight) && t.ev == ev && t.sent_at <= qp.tail_probe_sent_at)
+      mark_lost(qp, psn, QpCtr::rtx_sack, true, now);
+  }
+}
+
+bool Engine::Impl::send_reliability_probe(Qp& qp, Nanos now, int ev) {
   // A probe is a control frame, like the SACKs that need no TX room: if
   // it waited for room behind data, a QP with a full pipe could back its
   // probe off until the timeout fired.
-  const int ev = pick_ev(qp, -1, false);
-  if (ev < 0) return;
+  if (ev < 0) ev = pick_ev(qp, -1, false);
+  if (ev < 0) return false;
   const bool sent = send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
                               [&](const MutablePacket& m) {
                                 m.peth().set_type(kPethType);
-                                m.peth().set_probe_id(kReliabilityProbeId);
+                                m.peth().set_probe_id(kLossProbeIdBase | (qp.tlp_seq & 0x7FFF));
                                 m.peth().set_spdcid(qp.qpn & 0xFFFF);
                                 m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
                               });
   if (sent) {
     // Whichever probe of the series the reply answers, data sent before the
     // first one sent had its chance to arrive.
-    if (!qp.tlp_series_sent) qp.tlp_sent_at = now;
+    if (!qp.tlp_series_sent) qp.tlp_sent_at = now, qp.tlp_series_first = qp.tlp_seq;
     qp.tlp_series_sent = true;
+    ++qp.tlp_seq;
     qp.tlp_outstanding = true;
     qp.ctr.inc(QpCtr::tx_probes);
   }
+  return sent;
 }
 
 void Engine::Impl::on_nack(Qp& qp, const Packet& p, Nanos now) {

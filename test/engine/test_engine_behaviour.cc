@@ -261,7 +261,29 @@ TEST_CASE("a lost last packet is found by the probe that follows the flight, soo
                << " ns without; " << probes << " probes with");
   CHECK(probes >= 1);
   CHECK(with_tail_probe + srtt < by_timeout);
-  CHECK(with_tail_probe < EngineConfig{}.reorder_window + 3 * srtt);
+  // The probe follows the tail on its path, so the reply that lacks the
+  // tail condemns it at once (no reorder window): the tail probe's wait and
+  // two round trips.
+  CHECK(with_tail_probe < EngineConfig{}.tail_probe_delay + 2 * srtt + srtt / 2);
+}
+
+TEST_CASE("a late reply to an earlier loss probe condemns nothing sent after that probe") {
+  // Small WRITEs posted 3 us apart over a 40 us round trip: each ends a
+  // flight, and a dozen probes are in the air when a reply comes back.
+  auto cfg = basic();
+  cfg.link.delay_ns = 20'000;
+  Pair p(cfg);
+  const QpInfo before = p.info(0);
+  for (uint64_t i = 0; i < 200; ++i) {
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 64, i * 64)) == 0);
+    p.net.run_until(p.net.now() + 3'000);
+  }
+  p.net.run_until_idle(p.net.now() + 10'000'000);
+  REQUIRE(p.net.completions(0).size() == 200);
+  const QpInfo after = p.info(0);
+  CHECK(after.ctr[QpCtr::tx_tail_probes] - before.ctr[QpCtr::tx_tail_probes] > 50);
+  CHECK(after.ctr[QpCtr::tx_retransmits] == before.ctr[QpCtr::tx_retransmits]);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 200 * 64) == 0);
 }
 
 TEST_CASE("work requests MRC cannot execute complete with an error and send nothing") {
