@@ -67,7 +67,7 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
   app.add_option("--tail-probe-ns", o.tail_probe_ns,
-                 "a loss probe follows the end of each flight after this long (-1: none, probe timeout only)")
+                 "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
       ->capture_default_str();
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
                  "the reorder window may grow to this many times its base after needless resends (1: fixed)")
@@ -206,6 +206,8 @@ std::string parse_ev_values(const Options& o, std::vector<uint32_t>& out) {
       if (seen.insert(static_cast<uint32_t>(v)).second) out.push_back(static_cast<uint32_t>(v));
   }
   if (out.empty()) return "--ev-values: no EVs";
+  if (out.size() > engine::kMaxEvsPerQp)
+    return fmt::format("--ev-values: {} EVs; a QP has at most {}", out.size(), engine::kMaxEvsPerQp);
   return {};
 }
 

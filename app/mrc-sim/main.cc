@@ -821,7 +821,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--mpr", o.mpr)->capture_default_str();
   app.add_option("--tail-probe-ns", o.tail_probe_ns,
-                 "a loss probe follows the end of each flight after this long (-1: none, probe timeout only)")
+                 "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
       ->capture_default_str();
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
                  "the reorder window may grow to this many times its base after needless resends (1: fixed)")

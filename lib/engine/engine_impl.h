@@ -20,8 +20,7 @@ namespace mrc::engine {
 // one's: with a probe behind each flight, such replies condemned packets
 // sent after the probe they answered (64 B WRITEs on the NIC: a resend for
 // every data packet).
-inline constexpr uint16_t kLossProbeIdBase = 0x8000;
-inline constexpr size_t kMaxEvsPerQp = kLossProbeIdBase;
+inline constexpr uint16_t kLossProbeIdBase = kMaxEvsPerQp;
 // Round trips without a needless resend after which the reorder window
 // falls back to its base (EngineConfig::reorder_window_growth).
 inline constexpr Nanos kReoQuietRtts = 16;

@@ -506,13 +506,21 @@ void Engine::Impl::send_tail_probe(Qp& qp, Nanos now) {
   qp.tail_probe_sent_at = now;
 }
 
+// Not while this QP's reorder window is grown: its paths have shown they
+// reorder, and then the window decides. A verdict that proves needless
+// counts as RACK's (rtx_sack) and grows the window; it blames no path.
+// Packets sent in the probe's own nanosecond went after it (a poll
+// services timers before it transmits), and the probe never leaves in its
+// tail's (EngineConfig::tail_probe_delay >= 1).
 void Engine::Impl::tail_probe_answered(Qp& qp, uint32_t reach, Nanos now) {
   const int32_t ev = qp.tail_probe_ev;
   qp.tail_probe_ev = -1;
+  reorder_window(qp, now);  // a window quiet long enough falls back first
+  if (qp.reo_mult > 1) return;
   for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, reach); psn = psn_add(psn, 1)) {
     const TxPkt& t = qp.win[psn & qp.win_mask];
-    if ((t.flags & kPktInFlight) && t.ev == ev && t.sent_at <= qp.tail_probe_sent_at)
-      mark_lost(qp, psn, QpCtr::rtx_sack, true, now);
+    if ((t.flags & kPktInFlight) && t.ev == ev && t.sent_at < qp.tail_probe_sent_at)
+      mark_lost(qp, psn, QpCtr::rtx_sack, false, now);
   }
 }
 

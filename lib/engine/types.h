@@ -17,6 +17,8 @@ using Nanos = uint64_t;  // nanoseconds on the caller's clock
 inline constexpr Nanos kNever = ~Nanos(0);
 
 inline constexpr unsigned kMaxPlanes = 8;
+// EVs a QP may have: probe ids above are loss probes' (engine_impl.h).
+inline constexpr size_t kMaxEvsPerQp = 0x8000;
 
 enum class Transport : uint8_t { mrc, rocev2 };
 

@@ -286,6 +286,30 @@ TEST_CASE("a late reply to an earlier loss probe condemns nothing sent after tha
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 200 * 64) == 0);
 }
 
+TEST_CASE("data sent in the tail probe's own instant, after it, is not condemned by its reply") {
+  // One path, so everything follows the probe on it; a poll services the
+  // probe's timer before it transmits the WRITE posted at that instant.
+  auto cfg = basic(Transport::mrc, 1);
+  QpAttr attr;
+  attr.ev.evs = {EvEntry{0xC000, 0}};
+  attr.mpr = 1;
+  Pair p(cfg, attr);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+  p.net.run_until_idle(p.net.now() + 1'000'000);  // an RTT sample
+  const QpInfo before = p.info(0);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 64, 0)) == 0);
+  const Nanos due = p.net.now() + EngineConfig{}.tail_probe_delay;
+  p.net.run_until(due);
+  REQUIRE(p.info(0).ctr[QpCtr::tx_tail_probes] - before.ctr[QpCtr::tx_tail_probes] == 1);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(3, 250 * 4096, 4096)) == 0);
+  p.net.run_until_idle(p.net.now() + 10'000'000);
+  REQUIRE(p.net.completions(0).size() == 3);
+  const QpInfo after = p.info(0);
+  CHECK(after.ctr[QpCtr::tx_retransmits] == before.ctr[QpCtr::tx_retransmits]);
+  CHECK(after.ctr[QpCtr::ev_marked_bad] == before.ctr[QpCtr::ev_marked_bad]);
+  CHECK(std::memcmp(p.src.data() + 4096, p.dst.data() + 4096, 250 * 4096) == 0);
+}
+
 TEST_CASE("work requests MRC cannot execute complete with an error and send nothing") {
   Pair p(basic());
   SendWr ok = p.write(1, 5000);

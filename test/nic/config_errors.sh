@@ -30,6 +30,7 @@ expect "--plane" --device mrc0
 expect "--device" --device "bad-name" --plane "bad-name port=net_ring0 ip=10.0.0.1"
 expect "--ev-values" "${good[@]}" --ev-values 70000
 expect "--ev-values" "${good[@]}" --ev-values 9-3
+expect "--ev-values: 40001 EVs" "${good[@]}" --ev-values 0-40000
 expect "--fault" "${good[@]}" --fault "mrc0 drop=2"
 expect "--fault" "${good[@]}" --fault "mrc0:7 drop=0.1"
 expect "--link-event" "${good[@]}" --link-event "mrc0:0 sideways at-ms=1"
