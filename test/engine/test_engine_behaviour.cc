@@ -57,6 +57,37 @@ struct Pair {
   }
 };
 
+// Host 0's uplinks lose the first data packet with this PSN (dropped counts
+// it); everything else goes straight to host 1, as the switch of a two-host
+// net would send it.
+void drop_data_packet_once(Pair& p, uint32_t psn, int& dropped) {
+  for (uint32_t pl = 0; pl < p.net.config().planes; ++pl) {
+    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, psn, pl](std::vector<uint8_t> f, uint64_t) {
+      wire::Packet pk;
+      if (!dropped && wire::parse_frame(f, pk) == wire::ParseError::ok && pk.at.payload_len && pk.bth().psn() == psn) {
+        dropped = 1;
+        return;
+      }
+      net.downlink(1, pl).send(std::move(f));
+    });
+  }
+}
+
+// WRITE 2 of `len` bytes at offset 100, losing the data packet `lost_psn`
+// once; returns how long it took to complete.
+Nanos write_losing_one(Pair& p, uint32_t len, uint32_t lost_psn, int& dropped) {
+  drop_data_packet_once(p, lost_psn, dropped);
+  Nanos done = 0;
+  p.net.set_completion_hook([&](uint32_t h, const Completion& c) {
+    if (h == 0 && c.wr_id == 2) done = p.net.now();
+  });
+  const Nanos t0 = p.net.now();
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, len, 100)) == 0);
+  p.net.run_until_idle(t0 + 10'000'000);
+  p.net.set_completion_hook({});  // it refers to `done`
+  return done - t0;
+}
+
 }  // namespace
 
 TEST_CASE("a QP whose retries run out ends in ERROR with every WQE flushed exactly once") {
@@ -175,26 +206,8 @@ TEST_CASE("a lost packet a SACK cannot yet condemn is resent by the reorder time
   // The first packet of a two-packet message is lost. The second, sent
   // right after it, is acknowledged at once (AckReq): too soon after the
   // first was sent to call it lost, and no further SACK will come.
-  const uint32_t lost_psn = before.snd_nxt;
   int dropped = 0;
-  for (uint32_t pl = 0; pl < 4; ++pl) {
-    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, lost_psn, pl](std::vector<uint8_t> f, uint64_t) {
-      wire::Packet pk;
-      if (!dropped && wire::parse_frame(f, pk) == wire::ParseError::ok && pk.at.payload_len &&
-          pk.bth().psn() == lost_psn) {
-        dropped = 1;
-        return;
-      }
-      net.downlink(1, pl).send(std::move(f));  // the switch of a two-host net
-    });
-  }
-  Nanos done = 0;
-  p.net.set_completion_hook([&](uint32_t h, const Completion& c) {
-    if (h == 0 && c.wr_id == 2) done = p.net.now();
-  });
-  const Nanos t0 = p.net.now();
-  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 8192, 100)) == 0);
-  p.net.run_until_idle(t0 + 10'000'000);
+  const Nanos took = write_losing_one(p, 8192, before.snd_nxt, dropped);
   REQUIRE(dropped == 1);
   REQUIRE(p.net.completions(0).size() == 2);
   CHECK(p.net.completions(0)[1].status == WcStatus::success);
@@ -205,7 +218,7 @@ TEST_CASE("a lost packet a SACK cannot yet condemn is resent by the reorder time
   // Found a reorder window after the SACK; a probe would have taken its
   // timeout (two RTTs and a reorder window) and a round trip more.
   const Nanos pto = 2 * before.srtt_ns + EngineConfig{}.reorder_window;
-  CHECK(done - t0 < pto + 2 * before.srtt_ns);
+  CHECK(took < pto + 2 * before.srtt_ns);
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 8292) == 0);
 }
 
@@ -219,26 +232,8 @@ TEST_CASE("a lost last packet is found by the probe that follows the flight, soo
     p.net.run_until_idle(p.net.now() + 1'000'000);  // an RTT sample
     before = p.info(0);
     REQUIRE(before.srtt_ns > 0);
-    const uint32_t lost_psn = before.snd_nxt + 2;  // the last of three
     int dropped = 0;
-    for (uint32_t pl = 0; pl < 4; ++pl) {
-      p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, lost_psn, pl](std::vector<uint8_t> f, uint64_t) {
-        wire::Packet pk;
-        if (!dropped && wire::parse_frame(f, pk) == wire::ParseError::ok && pk.at.payload_len &&
-            pk.bth().psn() == lost_psn) {
-          dropped = 1;
-          return;
-        }
-        net.downlink(1, pl).send(std::move(f));
-      });
-    }
-    Nanos done = 0;
-    p.net.set_completion_hook([&](uint32_t h, const Completion& c) {
-      if (h == 0 && c.wr_id == 2) done = p.net.now();
-    });
-    const Nanos t0 = p.net.now();
-    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 3 * 4096, 100)) == 0);
-    p.net.run_until_idle(t0 + 10'000'000);
+    const Nanos took = write_losing_one(p, 3 * 4096, before.snd_nxt + 2, dropped);  // the last of three
     REQUIRE(dropped == 1);
     REQUIRE(p.net.completions(0).size() == 2);
     CHECK(p.net.completions(0)[1].status == WcStatus::success);
@@ -246,7 +241,7 @@ TEST_CASE("a lost last packet is found by the probe that follows the flight, soo
     after = p.info(0);
     CHECK(after.ctr[QpCtr::rto_fired] == 0);
     CHECK(after.ctr[QpCtr::tx_retransmits] - before.ctr[QpCtr::tx_retransmits] == 1);
-    return done - t0;
+    return took;
   };
   QpInfo before, after;
   const Nanos with_tail_probe = run(EngineConfig{}.tail_probe_delay, before, after);
