@@ -143,7 +143,7 @@ struct Qp {
   Nanos tlp_at = kNever;
   Nanos tail_probe_at = kNever;
   int32_t tail_ev = -1;  // the EV of the flight's last packet, the tail probe's path
-  // The tail probe answered last: its id, path and time.
+  // The tail probe awaiting its reply (tail_probe_ev >= 0): path, id and time.
   int32_t tail_probe_ev = -1;
   uint16_t tail_probe_id = 0;
   Nanos tail_probe_sent_at = 0;
