@@ -498,7 +498,7 @@ void Engine::Impl::send_tail_probe(Qp& qp, Nanos now) {
                          (qp.evs[qp.tail_ev].state == EvState::good || qp.evs[qp.tail_ev].state == EvState::skip)
                      ? qp.tail_ev
                      : -1;
-  const uint16_t id = kLossProbeIdBase | (qp.tlp_seq & 0x7FFF);
+  const uint16_t id = loss_probe_id(qp.tlp_seq);  // the probe about to leave
   if (!send_reliability_probe(qp, now, ev)) return;
   qp.ctr.inc(QpCtr::tx_tail_probes);
   qp.tail_probe_ev = ev;
@@ -533,7 +533,7 @@ bool Engine::Impl::send_reliability_probe(Qp& qp, Nanos now, int ev) {
   const bool sent = send_ctrl(qp, qp.evs[ev].plane, uint8_t(Opcode::mrc_probe), qp.evs[ev].value, qp.snd_nxt,
                               [&](const MutablePacket& m) {
                                 m.peth().set_type(kPethType);
-                                m.peth().set_probe_id(kLossProbeIdBase | (qp.tlp_seq & 0x7FFF));
+                                m.peth().set_probe_id(loss_probe_id(qp.tlp_seq));
                                 m.peth().set_spdcid(qp.qpn & 0xFFFF);
                                 m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
                               });
