@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sim/frame_pool.h"
+#include "wire/packet.h"
 
 namespace mrc::sim {
 namespace {
@@ -17,6 +18,8 @@ constexpr uint32_t kFrameBufferBytes = 4096 + 256;
 // smaller frames only make the estimate conservative.
 constexpr uint32_t kRoomFrameBytes = 4096 + 128;
 constexpr uint64_t kEngineSeedTag = 0x656E67696E65;  // "engine"
+// Frames from this size up are worth cutting to a compact frame.
+constexpr uint32_t kCompactFromBytes = 512;
 
 // How much a host may have queued on its uplink: `stage` bytes (the NIC's
 // egress staging per port), never more than half the queue, leaving the
@@ -36,6 +39,37 @@ uint64_t room_threshold(const Link& up, uint32_t stage) {
   return limit > kRoomFrameBytes ? limit - kRoomFrameBytes : 0;
 }
 
+wire::ParseError parse_headers(std::span<const uint8_t> frame, wire::Packet& pkt) {
+  wire::ParseOptions opts;
+  opts.verify_icrc = false;
+  return wire::parse_frame(frame, pkt, opts);
+}
+
+// What travels of a frame when payloads are tokens and there is no ICRC:
+// for a data frame, a compact frame: its headers and the token (and the
+// payload's odd bytes, as payload and pad fill whole words), then its pad
+// and ICRC bytes, with the lengths of that size so that it parses wherever
+// the network reads it (ECN marks, trimming); a small frame whole. Empty for
+// anything else (none such is sent today).
+std::vector<uint8_t> travelling_copy(std::span<const uint8_t> frame) {
+  wire::Packet pkt;
+  const bool compact = frame.size() >= kCompactFromBytes && parse_headers(frame, pkt) == wire::ParseError::ok &&
+                       (pkt.at.flags & wire::kOpPayload) && pkt.at.payload_len >= sizeof(uintptr_t);
+  if (!compact && frame.size() > FramePool::kSmallBytes) return {};
+  std::vector<uint8_t> c = FramePool::take(FramePool::kSmallBytes);
+  if (!compact) {
+    c.assign(frame.begin(), frame.end());
+    return c;
+  }
+  const uint32_t head = pkt.at.payload + sizeof(uintptr_t) + pkt.at.payload_len % 4;
+  const uint32_t tail = pkt.at.pad + wire::kIcrcLen;
+  c.resize(head + tail);
+  std::memcpy(c.data(), frame.data(), head);
+  std::memcpy(c.data() + head, frame.data() + frame.size() - tail, tail);
+  wire::MutablePacket{c.data(), pkt.at}.set_size(head + tail);
+  return c;
+}
+
 uint32_t uplink_room(const Link& up, uint32_t stage) {
   const uint64_t limit = tx_limit(up, stage);
   const uint64_t queued = up.queued_bytes();
@@ -48,8 +82,12 @@ uint32_t uplink_room(const Link& up, uint32_t stage) {
 // One engine host: the engine plus the Env it runs against.
 class EngineHosts::Host final : public engine::Env {
  public:
-  Host(EngineHosts& hosts, uint32_t index, std::vector<Link*> uplinks)
-      : hosts_(hosts), index_(index), uplinks_(std::move(uplinks)), pending_(uplinks_.size()) {
+  Host(EngineHosts& hosts, uint32_t index, std::vector<Link*> uplinks, bool computes_icrc)
+      : hosts_(hosts),
+        index_(index),
+        uplinks_(std::move(uplinks)),
+        computes_icrc_(computes_icrc),
+        pending_(uplinks_.size()) {
     for (auto& f : pending_) f = FramePool::take(kFrameBufferBytes);
   }
 
@@ -57,22 +95,30 @@ class EngineHosts::Host final : public engine::Env {
     return plane < uplinks_.size() ? uplink_room(*uplinks_[plane], hosts_.tx_stage_bytes_) : 0;
   }
 
-  // The engine writes each frame straight into the buffer that travels.
+  // The engine writes each frame straight into the buffer that travels (or
+  // whose copy does). It only grows: zero-filling 4 KB per frame showed.
   std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) override {
     if (plane >= pending_.size() || len > kMaxFrameBytes) return {};
     std::vector<uint8_t>& f = pending_[plane];
-    f.resize(len);
+    if (f.size() < len) f.resize(len);
     return {f.data(), len};
   }
 
   void tx_send(uint32_t plane, uint32_t len) override {
     if (plane >= pending_.size() || len > pending_[plane].size()) return;
-    std::vector<uint8_t> f = std::move(pending_[plane]);
-    f.resize(len);
+    std::vector<uint8_t>& f = pending_[plane];
     if (hosts_.tap_) hosts_.tap_(index_, plane, {f.data(), len}, hosts_.now());
     const uint64_t tag = hosts_.tagger_ ? hosts_.tagger_({f.data(), len}) : 0;
+    // With tokens and no ICRC nothing reads the payload's bytes past the
+    // token, so they need not travel: a run's frames in flight then take a
+    // few hundred bytes each instead of 4 KB.
+    if (hosts_.placement_check_ && !computes_icrc_) {
+      std::vector<uint8_t> c = travelling_copy({f.data(), len});
+      if (!c.empty()) return uplinks_[plane]->send(std::move(c), tag, len);  // f stays for the next frame
+    }
+    f.resize(len);
     uplinks_[plane]->send(std::move(f), tag);
-    pending_[plane] = FramePool::take(kFrameBufferBytes);
+    f = FramePool::take(kFrameBufferBytes);
   }
 
   void payload_to_frame(uint8_t* frame, const uint8_t* host, uint32_t len) override {
@@ -110,6 +156,7 @@ class EngineHosts::Host final : public engine::Env {
   EngineHosts& hosts_;
   const uint32_t index_;
   const std::vector<Link*> uplinks_;           // [plane]
+  const bool computes_icrc_;
   std::vector<std::vector<uint8_t>> pending_;  // [plane] the buffer tx_buffer hands out next
   std::unique_ptr<engine::Engine> engine_;
   // At most one pending poll; an earlier need cancels and replaces it.
@@ -117,14 +164,15 @@ class EngineHosts::Host final : public engine::Env {
   Nanos poll_at_ = kNever;
 };
 
-EngineHosts::EngineHosts(EventLoop& loop, Observers observers) : loop_(loop), observers_(std::move(observers)) {}
+EngineHosts::EngineHosts(EventLoop& loop, Observers observers)
+    : loop_(loop), observers_(std::move(observers)), rx_frame_(kMaxFrameBytes) {}
 
 EngineHosts::~EngineHosts() = default;
 
 void EngineHosts::add(const engine::EngineConfig& tmpl, uint64_t net_seed,
                       const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks) {
   const uint32_t h = size();
-  auto host = std::make_unique<Host>(*this, h, std::move(uplinks));
+  auto host = std::make_unique<Host>(*this, h, std::move(uplinks), !tmpl.icrc_offload);
   engine::EngineConfig ec = tmpl;
   ec.num_planes = static_cast<uint32_t>(host->uplinks_.size());
   ec.planes = addrs;
@@ -135,8 +183,20 @@ void EngineHosts::add(const engine::EngineConfig& tmpl, uint64_t net_seed,
 
 engine::Engine& EngineHosts::engine(uint32_t h) { return *hosts_.at(h)->engine_; }
 
-void EngineHosts::deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame) {
+std::span<const uint8_t> EngineHosts::expand(std::span<const uint8_t> compact, uint32_t wire_len) {
+  wire::Packet pkt;
+  if (wire_len > rx_frame_.size() || parse_headers(compact, pkt) != wire::ParseError::ok) return compact;
+  const uint32_t tail = pkt.at.pad + wire::kIcrcLen;
+  uint8_t* f = rx_frame_.data();
+  std::memcpy(f, compact.data(), compact.size() - tail);
+  std::memcpy(f + wire_len - tail, compact.data() + compact.size() - tail, tail);
+  wire::MutablePacket{f, pkt.at}.set_size(wire_len);
+  return {f, wire_len};
+}
+
+void EngineHosts::deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame, uint32_t wire_len) {
   Host& host = *hosts_[h];
+  if (wire_len > frame.size()) frame = expand(frame, wire_len);
   host.engine_->on_rx(p, frame, now());
   host.engine_->poll(now());
   after_engine_call(host);

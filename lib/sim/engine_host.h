@@ -88,10 +88,13 @@ class EngineHosts {
   // Payload tokens: a data frame carries, instead of its payload, a token
   // naming where in the requester's memory that payload is, and the
   // responder's engine hands each placement to `check` instead of writing
-  // memory. Frames keep their size and the run its events; the copies go,
+  // memory. Frames keep their wire length and the run its events; the copies go,
   // and so may the responders' buffers (the responders' registered memory is
   // never touched). A corrupted bit in the bytes a token leaves out is
   // caught only by the ICRC check (mrc-sim turns it on when links corrupt).
+  // Where engines compute no ICRC, those bytes do not even travel: data
+  // frames go as compact frames (Link's wire_len), which saves their memory
+  // and changes nothing else.
   // For a caller that knows what every placement must be (mrc-sim).
   using PlacementCheck = std::function<void(uint32_t host, const Placement&)>;
   void set_payload_tokens(PlacementCheck check) { placement_check_ = std::move(check); }
@@ -100,8 +103,10 @@ class EngineHosts {
   using TxTagger = uint64_t (*)(std::span<const uint8_t> frame);
   void set_tx_tagger(TxTagger tagger) { tagger_ = tagger; }
 
-  // A frame arrives at host h on plane p: on_rx, then a poll.
-  void deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame);
+  // A frame arrives at host h on plane p: on_rx, then a poll. A compact
+  // frame (wire_len beyond its size) is first made whole again but for
+  // the payload bytes its token stands for.
+  void deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame, uint32_t wire_len = 0);
   // engine(h).post_send, then a poll (which sends it).
   int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr);
   // Polls host h now and re-arms its timer; call after driving the engine
@@ -119,6 +124,7 @@ class EngineHosts {
 
   Nanos now() const { return loop_.now(); }
   void after_engine_call(Host& host);
+  std::span<const uint8_t> expand(std::span<const uint8_t> compact, uint32_t wire_len);
   void rearm(Host& host);
 
   EventLoop& loop_;
@@ -129,6 +135,7 @@ class EngineHosts {
   TxTap tap_;
   TxTagger tagger_ = nullptr;
   std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
+  std::vector<uint8_t> rx_frame_;             // compact frames are made whole here
   // Completions waiting for the hook, which must not run inside the engine;
   // shared by all hosts so that a hook's post_send keeps them in order.
   std::vector<std::pair<uint32_t, engine::Completion>> hook_queue_;

@@ -112,12 +112,13 @@ Fabric::Fabric(const Config& cfg)
     for (uint32_t h = 0; h < H; ++h) {
       const uint64_t s = derive_seed(derive_seed(cfg_.seed, h), p);
       const uint32_t l = leaf_of(h);
-      uplinks_.push_back(std::make_unique<Link>(
-          loop_, cfg_.host_link, derive_seed(s, 0),
-          [this, p, l](std::vector<uint8_t> f, uint64_t tag) { leaf_rx(p, l, std::move(f), tag); }));
+      uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 0),
+                                                [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
+                                                  leaf_rx(p, l, std::move(f), tag, wire);
+                                                }));
       downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 1),
-                                                  [this, h, p](std::vector<uint8_t> f, uint64_t) {
-                                                    hosts_.deliver(h, p, f);
+                                                  [this, h, p](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+                                                    hosts_.deliver(h, p, f, wire);
                                                     FramePool::give(std::move(f));
                                                   }));
     }
@@ -125,12 +126,14 @@ Fabric::Fabric(const Config& cfg)
       leaf_seed_.push_back(derive_seed(derive_seed(cfg_.seed, kSwitchSeedTag), p * 65536ull + l));
       for (uint32_t s = 0; s < spines_; ++s) {
         const uint64_t ls = derive_seed(derive_seed(cfg_.seed, 0x1000000ull + l * 4096ull + s), p);
-        to_spine_.push_back(std::make_unique<Link>(
-            loop_, cfg_.fabric_link, derive_seed(ls, 2),
-            [this, p, s](std::vector<uint8_t> f, uint64_t tag) { spine_rx(p, s, std::move(f), tag); }));
-        to_leaf_.push_back(std::make_unique<Link>(
-            loop_, cfg_.fabric_link, derive_seed(ls, 3),
-            [this, p, l](std::vector<uint8_t> f, uint64_t tag) { leaf_rx(p, l, std::move(f), tag); }));
+        to_spine_.push_back(std::make_unique<Link>(loop_, cfg_.fabric_link, derive_seed(ls, 2),
+                                                   [this, p, s](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
+                                                     spine_rx(p, s, std::move(f), tag, wire);
+                                                   }));
+        to_leaf_.push_back(std::make_unique<Link>(loop_, cfg_.fabric_link, derive_seed(ls, 3),
+                                                  [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
+                                                    leaf_rx(p, l, std::move(f), tag, wire);
+                                                  }));
       }
     }
   }
@@ -161,7 +164,7 @@ std::array<engine::PlaneAddr, engine::kMaxPlanes> Fabric::addrs(uint32_t h) cons
   return a;
 }
 
-void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag) {
+void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
   stats_.routed_from_headers += !tag;
   Route r;
   if (!route(frame, tag, leaf_seed_[p * leaves_ + l], r) || r.dst_host >= cfg_.hosts) {
@@ -169,13 +172,13 @@ void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_
     return;
   }
   if (leaf_of(r.dst_host) == l) {
-    downlink(r.dst_host, p).send(std::move(frame), tag);
+    downlink(r.dst_host, p).send(std::move(frame), tag, wire_len);
     return;
   }
-  leaf_to_spine(p, l, static_cast<uint32_t>(r.hash % spines_)).send(std::move(frame), tag);
+  leaf_to_spine(p, l, static_cast<uint32_t>(r.hash % spines_)).send(std::move(frame), tag, wire_len);
 }
 
-void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag) {
+void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
   stats_.routed_from_headers += !tag;
   Route r;
   // A spine has one path to each leaf: no hash needed.
@@ -183,7 +186,7 @@ void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64
     ++stats_.unroutable;
     return;
   }
-  spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame), tag);
+  spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame), tag, wire_len);
 }
 
 // The NIC is not told (a port status update is the caller's business), so

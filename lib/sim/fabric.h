@@ -112,8 +112,8 @@ class Fabric {
                          const engine::QpCaps& caps = {});
 
  private:
-  void leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag);
-  void spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag);
+  void leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
+  void spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
 
   Config cfg_;
   uint32_t leaves_ = 0;

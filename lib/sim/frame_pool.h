@@ -13,11 +13,16 @@ namespace mrc::sim {
 
 class FramePool {
  public:
-  // A returned buffer, or a new one with room for `capacity` bytes. Its
-  // size is whatever it last had: resizing a reused buffer to its next frame
-  // size then zero-fills nothing when frames keep their size, as data frames do.
+  // Buffers of at most this capacity are kept apart (EngineHosts' compact
+  // frames), so that a full-size frame is never handed a small one to grow.
+  static constexpr size_t kSmallBytes = 512;
+
+  // A returned buffer of the same class, or a new one with room for
+  // `capacity` bytes. Its size is whatever it last had: resizing a reused
+  // buffer to its next frame size then zero-fills nothing when frames keep
+  // their size, as data frames do.
   static std::vector<uint8_t> take(size_t capacity) {
-    auto& free = list();
+    auto& free = list(capacity);
     if (free.empty()) {
       std::vector<uint8_t> f;
       f.reserve(capacity);
@@ -28,17 +33,19 @@ class FramePool {
     return f;
   }
   static void give(std::vector<uint8_t>&& f) {
-    auto& free = list();
-    if (free.size() < kMaxKept && f.capacity()) free.push_back(std::move(f));
+    if (!f.capacity()) return;
+    auto& free = list(f.capacity());
+    if (free.size() < kMaxKept) free.push_back(std::move(f));
   }
 
  private:
-  // Bounds what an idle pool holds after a burst (4096 x ~4 KB).
+  // Bounds what an idle pool holds after a burst: 4096 x ~4 KB, or
+  // 4096 x 512 B.
   static constexpr size_t kMaxKept = 4096;
   // Per thread: a simulation runs on one thread, tests may run several.
-  static std::vector<std::vector<uint8_t>>& list() {
-    thread_local std::vector<std::vector<uint8_t>> free;
-    return free;
+  static std::vector<std::vector<uint8_t>>& list(size_t capacity) {
+    thread_local std::vector<std::vector<uint8_t>> small, large;
+    return capacity <= kSmallBytes ? small : large;
   }
 };
 

@@ -82,17 +82,19 @@ Nanos Link::time_queued_at_most(uint64_t bytes) const {
   return ps_to_ns_ceil(busy_until_ps_ - keep_ps);
 }
 
-void Link::send(std::vector<uint8_t> frame, uint64_t tag) {
+void Link::send(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
+  uint32_t wire = std::max(wire_len, static_cast<uint32_t>(frame.size()));
   ++ctr_.sent;
-  ctr_.sent_bytes += frame.size();
+  ctr_.sent_bytes += wire;
   if (!params_.up) {
     ++ctr_.dropped_down;
     FramePool::give(std::move(frame));
     return;
   }
   const uint64_t queued = queued_bytes();
-  const bool trimmed = params_.trim_bytes && queued + frame.size() > params_.trim_bytes && trim(frame);
-  if (queued + frame.size() > params_.queue_bytes) {
+  const bool trimmed = params_.trim_bytes && queued + wire > params_.trim_bytes && trim(frame);
+  if (trimmed) wire = static_cast<uint32_t>(frame.size());
+  if (queued + wire > params_.queue_bytes) {
     ++ctr_.dropped_queue;
     FramePool::give(std::move(frame));
     return;
@@ -100,7 +102,7 @@ void Link::send(std::vector<uint8_t> frame, uint64_t tag) {
   if (trimmed) ++ctr_.trimmed;
   if (params_.ecn_max_bytes && mark_ecn(frame, queued)) ++ctr_.ecn_marked;
 
-  busy_until_ps_ = std::max(busy_until_ps_, loop_.now() * kPsPerNs) + wire_ps(frame.size());
+  busy_until_ps_ = std::max(busy_until_ps_, loop_.now() * kPsPerNs) + wire_ps(wire);
   Nanos arrive = ps_to_ns_ceil(busy_until_ps_) + params_.delay_ns;
   if (blackhole_) {
     ++ctr_.dropped_down;
@@ -121,21 +123,21 @@ void Link::send(std::vector<uint8_t> frame, uint64_t tag) {
   }
   if (params_.duplicate > 0 && uniform() < params_.duplicate) {
     ++ctr_.duplicated;
-    deliver_at(arrive, frame, tag);
+    deliver_at(arrive, frame, tag, wire);
   }
-  deliver_at(arrive, std::move(frame), tag);
+  deliver_at(arrive, std::move(frame), tag, wire);
 }
 
-void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag) {
-  auto deliver = [this, epoch = epoch_, tag, f = std::move(frame)]() mutable {
+void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire) {
+  auto deliver = [this, epoch = epoch_, wire, tag, f = std::move(frame)]() mutable {
     if (epoch != epoch_ || !params_.up) {
       ++ctr_.dropped_down;
       FramePool::give(std::move(f));
       return;
     }
     ++ctr_.delivered;
-    ctr_.delivered_bytes += f.size();
-    if (sink_) sink_(std::move(f), tag);
+    ctr_.delivered_bytes += wire;
+    if (sink_) sink_(std::move(f), tag, wire);
   };
   static_assert(sizeof(deliver) <= Callback::kInline, "a frame hop must not allocate");
   loop_.at(t, std::move(deliver));
@@ -172,20 +174,12 @@ bool Link::trim(std::vector<uint8_t>& frame) {
   frame.resize(new_size);
   std::memcpy(frame.data() + at.payload, icrc.data(), wire::kIcrcLen);
 
-  uint8_t* p = frame.data();
-  const uint32_t l3_len = new_size - at.l3;
-  if (at.ip_version == 4) {
-    wire::Ipv4Ref(p + at.l3).set_total_len(l3_len);
-  } else {
-    wire::Ipv6Ref(p + at.l3).set_payload_len(l3_len - wire::kIpv6Len);
-  }
-  wire::UdpRef(p + at.udp).set_length(new_size - at.udp);
-  wire::BthRef(p + at.bth).set_pad_count(0);
-  wire::MutablePacket m{p, at};
-  m.at.size = new_size;
+  wire::MutablePacket m{frame.data(), at};
+  m.set_size(new_size);
+  m.bth().set_pad_count(0);
   m.at.payload_len = 0;
   m.at.pad = 0;
-  m.set_dscp(params_.trimmed_dscp);  // also recomputes the IPv4 checksum
+  m.set_dscp(params_.trimmed_dscp);
   return true;
 }
 

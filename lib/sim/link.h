@@ -77,7 +77,10 @@ class Link {
   // headers where they were last in cache (the sending host), so that
   // switches route without reading the frame again. Links pass it on
   // untouched; 0 means none.
-  using Sink = std::function<void(std::vector<uint8_t> frame, uint64_t tag)>;
+  // A frame's bytes may stop short of its length on the wire, `wire_len`:
+  // a data frame whose payload stayed behind (EngineHosts' compact frames)
+  // still takes its full length's time and queue room.
+  using Sink = std::function<void(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len)>;
 
   Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink = {});
   // Scheduled deliveries point at this link.
@@ -86,7 +89,8 @@ class Link {
 
   void set_sink(Sink sink) { sink_ = std::move(sink); }
   // Queues a frame at loop.now(); the sink gets it (or not) at arrival time.
-  void send(std::vector<uint8_t> frame, uint64_t tag = 0);
+  // Its length on the wire is the larger of wire_len and its size.
+  void send(std::vector<uint8_t> frame, uint64_t tag = 0, uint32_t wire_len = 0);
 
   // Taking a link down empties its queue and loses every frame in flight.
   void set_up(bool up);
@@ -117,7 +121,7 @@ class Link {
   bool trim(std::vector<uint8_t>& frame);
   bool mark_ecn(std::vector<uint8_t>& frame, uint64_t queued);
   bool flip_bit(std::vector<uint8_t>& frame);
-  void deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag);
+  void deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
 
   // splitmix64: a fabric has thousands of links and mt19937_64 kept 2.5 KB
   // of state in each, which cost a cache miss per frame and hop.
@@ -135,7 +139,7 @@ class Link {
   LinkParams params_;
   uint64_t rng_state_;
   Sink sink_;
-  uint64_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
+  uint32_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
   bool blackhole_ = false;
   LinkCounters ctr_;
 };

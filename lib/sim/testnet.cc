@@ -49,14 +49,14 @@ TestNet::TestNet(const Config& cfg)
   for (uint32_t h = 0; h < cfg_.hosts; ++h) {
     for (uint32_t p = 0; p < cfg_.planes; ++p) {
       const uint64_t s = derive_seed(derive_seed(cfg_.seed, h), p);
-      uplinks_.push_back(
-          std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 0),
-                                 [this, p](std::vector<uint8_t> f, uint64_t) { forward(p, std::move(f)); }));
-      downlinks_.push_back(
-          std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 1), [this, h, p](std::vector<uint8_t> f, uint64_t) {
-            hosts_.deliver(h, p, f);
-            FramePool::give(std::move(f));
-          }));
+      uplinks_.push_back(std::make_unique<Link>(
+          loop_, cfg_.link, derive_seed(s, 0),
+          [this, p](std::vector<uint8_t> f, uint64_t, uint32_t wire) { forward(p, std::move(f), wire); }));
+      downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.link, derive_seed(s, 1),
+                                                  [this, h, p](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+                                                    hosts_.deliver(h, p, f, wire);
+                                                    FramePool::give(std::move(f));
+                                                  }));
     }
   }
 
@@ -110,14 +110,14 @@ const std::vector<engine::Completion>& TestNet::completions(uint32_t h) const { 
 const std::vector<TestNet::EvEvent>& TestNet::ev_events(uint32_t h) const { return logs_.at(h).ev_events; }
 const std::vector<TestNet::QpError>& TestNet::qp_errors(uint32_t h) const { return logs_.at(h).qp_errors; }
 
-void TestNet::forward(uint32_t p, std::vector<uint8_t> frame) {
+void TestNet::forward(uint32_t p, std::vector<uint8_t> frame, uint32_t wire_len) {
   wire::IpAddr ip;
   uint32_t h;
   if (!dst_ip(frame, ip) || !find_host(p, ip, h)) {
     ++unroutable_;
     return;
   }
-  downlink(h, p).send(std::move(frame));
+  downlink(h, p).send(std::move(frame), 0, wire_len);
 }
 
 TestNet::QpPair TestNet::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,

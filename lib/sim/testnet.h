@@ -90,7 +90,7 @@ class TestNet {
     std::vector<QpError> qp_errors;
   };
 
-  void forward(uint32_t p, std::vector<uint8_t> frame);
+  void forward(uint32_t p, std::vector<uint8_t> frame, uint32_t wire_len);
   bool find_host(uint32_t p, const wire::IpAddr& ip, uint32_t& h) const;
 
   Config cfg_;

@@ -427,6 +427,18 @@ void MutablePacket::set_dscp(uint8_t dscp) const {
   }
 }
 
+void MutablePacket::set_size(uint32_t size) {
+  at.size = size;
+  const uint32_t l3_len = size - at.l3;
+  if (at.ip_version == 4) {
+    Ipv4Ref(base + at.l3).set_total_len(l3_len);
+    refresh_ipv4_checksum(base + at.l3);
+  } else {
+    Ipv6Ref(base + at.l3).set_payload_len(l3_len - kIpv6Len);
+  }
+  UdpRef(base + at.udp).set_length(size - at.udp);
+}
+
 void finish_frame(const MutablePacket& m, bool with_icrc) {
   if (m.at.ip_version == 4) refresh_ipv4_checksum(m.base + m.at.l3);
   if (with_icrc) icrc_fill({m.base + m.at.l3, m.at.size - m.at.l3});

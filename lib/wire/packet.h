@@ -181,6 +181,9 @@ struct MutablePacket {
   // checksum valid. The ICRC masks these bits, so it stays valid too.
   void set_ecn(uint8_t ecn) const;
   void set_dscp(uint8_t dscp) const;
+  // Makes the IP and UDP lengths those of a frame of `size` bytes (keeping
+  // the IPv4 checksum valid) and sets at.size; the bytes are the caller's.
+  void set_size(uint32_t size);
 };
 
 // Computes where every header goes. Returns a layout with size 0 when the

@@ -62,13 +62,13 @@ struct Pair {
 // net would send it.
 void drop_data_packet_once(Pair& p, uint32_t psn, int& dropped) {
   for (uint32_t pl = 0; pl < p.net.config().planes; ++pl) {
-    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, psn, pl](std::vector<uint8_t> f, uint64_t) {
+    p.net.uplink(0, pl).set_sink([&net = p.net, &dropped, psn, pl](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
       wire::Packet pk;
       if (!dropped && wire::parse_frame(f, pk) == wire::ParseError::ok && pk.at.payload_len && pk.bth().psn() == psn) {
         dropped = 1;
         return;
       }
-      net.downlink(1, pl).send(std::move(f));
+      net.downlink(1, pl).send(std::move(f), 0, wire);
     });
   }
 }
@@ -550,14 +550,23 @@ TEST_CASE("a plane that comes back up is probed at once, then at the probe inter
 }
 
 TEST_CASE("with payload tokens the engines touch no registered memory and each placement is checked") {
-  for (const bool corrupt : {false, true}) {
-    INFO((corrupt ? "corrupting links, no ICRC" : "clean links"));
+  enum Case { clean, corrupt, compact };
+  for (const Case c : {clean, corrupt, compact}) {
+    INFO((c == corrupt ? "corrupting links, no ICRC" : c == compact ? "no ICRC: compact frames" : "clean links"));
     sim::TestNet::Config cfg = basic();
     // Without ICRCs nothing stops a corrupted frame: its token reaches the ledger.
-    cfg.engine_template.icrc_offload = corrupt;
-    cfg.link.corrupt = corrupt ? 0.3 : 0;
+    cfg.engine_template.icrc_offload = c != clean;
+    cfg.link.corrupt = c == corrupt ? 0.3 : 0;
     sim::TestNet net(cfg);
-    constexpr uint32_t kPmtu = 256, kSlot = 1 << 20;
+    // Frames of a 4 KB MTU are big enough to go compact, those of 256 B are not.
+    const uint32_t kPmtu = c == compact ? 4096 : 256, kSlot = 1 << 20;
+    uint32_t compact_frames = 0, other_frames = 0;
+    for (uint32_t pl = 0; pl < cfg.planes; ++pl) {
+      net.uplink(0, pl).set_sink([&, pl](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+        (wire > f.size() ? compact_frames : other_frames)++;
+        net.downlink(1, pl).send(std::move(f), 0, wire);
+      });
+    }
     sim::PlacementLedger ledger;
     REQUIRE(ledger.reserve(1, 2, kSlot, kPmtu));  // inaccessible: a write there would fault
     std::vector<uint8_t> src(kSlot);
@@ -586,13 +595,16 @@ TEST_CASE("with payload tokens the engines touch no registered memory and each p
     }
     net.run_until_idle(net.now() + 50'000'000);
     REQUIRE(net.completions(0).size() == 2);
-    if (corrupt) {
+    if (c == corrupt) {
       CHECK(ledger.misplaced() > 0);
     } else {
       CHECK(ledger.misplaced() == 0);
       CHECK(ledger.take(0, 0));
       CHECK(ledger.take(0, 1));
     }
+    // The long message's 25 packets, and none of the short one's.
+    CHECK(compact_frames == (c == compact ? 25u : 0u));
+    CHECK(other_frames > 0);
   }
 }
 

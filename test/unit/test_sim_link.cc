@@ -64,6 +64,7 @@ bool ipv4_checksum_ok(const std::vector<uint8_t>& f) { return wire::ipv4_checksu
 struct Arrival {
   Nanos t;
   std::vector<uint8_t> frame;
+  uint32_t wire_len = 0;
   bool operator==(const Arrival&) const = default;
 };
 
@@ -73,8 +74,8 @@ struct Bench {
   std::vector<Arrival> got;
   Link link;
   Bench(const LinkParams& p, uint64_t seed)
-      : link(loop, p, seed, [this](std::vector<uint8_t> f, uint64_t) {
-          got.push_back({loop.now(), std::move(f)});
+      : link(loop, p, seed, [this](std::vector<uint8_t> f, uint64_t, uint32_t wire_len) {
+          got.push_back({loop.now(), std::move(f), wire_len});
         }) {}
 };
 
@@ -282,6 +283,41 @@ TEST_CASE("Link serializes at line rate, then adds the delay") {
     CHECK(s.got[0].t == 3334 + 500);
     CHECK(s.got[1].t == 6667 + 500);
     CHECK(s.got[2].t == 10000 + 500);
+  }
+}
+
+TEST_CASE("A frame shorter than its wire length takes the wire length's time, room and counts") {
+  Bench b(clean(3 * kFrameBytes), 1);
+  const auto head = make_frame(0, 8);
+  REQUIRE(head.size() < kFrameBytes);
+  for (int i = 0; i < 4; ++i) b.link.send(head, 0, kFrameBytes);
+  CHECK(b.link.queued_bytes() == 3 * kFrameBytes);
+  CHECK(b.link.counters().dropped_queue == 1);
+  b.link.send(make_frame(1), 0, 10);  // a wire length below the size counts as the size
+  CHECK(b.link.counters().dropped_queue == 2);
+  CHECK(b.loop.run_until_idle());
+  REQUIRE(b.got.size() == 3);
+  for (int i = 0; i < 3; ++i) {
+    CHECK(b.got[i].t == Nanos(100 * (i + 1) + 500));
+    CHECK(b.got[i].frame == head);
+    CHECK(b.got[i].wire_len == kFrameBytes);
+  }
+  CHECK(b.link.counters().sent_bytes == 4 * kFrameBytes + make_frame(1).size());
+  CHECK(b.link.counters().delivered_bytes == 3 * kFrameBytes);
+
+  SECTION("trimmed, it is its headers on the wire") {
+    LinkParams p = clean();
+    p.trim_bytes = kFrameBytes;
+    Bench t(p, 1);
+    t.link.send(head, 0, kFrameBytes);
+    t.link.send(head, 0, kFrameBytes);
+    t.loop.run_until_idle();
+    REQUIRE(t.got.size() == 2);
+    CHECK(t.got[0].wire_len == kFrameBytes);
+    wire::Packet pkt;
+    REQUIRE(parse(t.got[1].frame, pkt, false) == wire::ParseError::ok);
+    CHECK(t.got[1].wire_len == pkt.at.payload + wire::kIcrcLen);
+    CHECK(t.got[1].frame.size() == t.got[1].wire_len);
   }
 }
 
