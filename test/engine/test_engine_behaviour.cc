@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <tuple>
 
 #include "sim/fabric.h"
@@ -279,6 +280,72 @@ TEST_CASE("a late reply to an earlier loss probe condemns nothing sent after tha
   CHECK(after.ctr[QpCtr::tx_tail_probes] - before.ctr[QpCtr::tx_tail_probes] > 50);
   CHECK(after.ctr[QpCtr::tx_retransmits] == before.ctr[QpCtr::tx_retransmits]);
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 200 * 64) == 0);
+}
+
+TEST_CASE("a late reply to a probe of an earlier timeout series condemns nothing of the next series' flight") {
+  // One path and EV, no tail probes: the probe timeout's series alone.
+  auto cfg = basic(Transport::mrc, 1);
+  cfg.engine_template.tail_probe_delay = kNever;
+  QpAttr attr;
+  attr.ev.evs = {EvEntry{0xC000, 0}};
+  Pair p(cfg, attr);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+  p.net.run_until_idle(p.net.now() + 1'000'000);  // an RTT sample
+  const QpInfo before = p.info(0);
+
+  // The responder's first probe reply is held until the test lets it go,
+  // and so is everything else it sends while `holding`.
+  struct Held {
+    std::vector<uint8_t> frame;
+    uint32_t wire_len;
+  };
+  std::vector<Held> held;
+  std::optional<Held> first_reply;
+  bool holding = false;
+  auto release = [&p](Held& h) { p.net.downlink(0, 0).send(std::move(h.frame), 0, h.wire_len); };
+  p.net.uplink(1, 0).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire_len) {
+    wire::Packet pk;
+    const bool reply = wire::parse_frame(f, pk) == wire::ParseError::ok &&
+                       pk.at.opcode == uint8_t(wire::Opcode::mrc_sack) && pk.seth().probe_reply();
+    Held h{std::move(f), wire_len};
+    if (reply && !first_reply) return static_cast<void>(first_reply = std::move(h));
+    if (holding) return held.push_back(std::move(h));
+    release(h);
+  });
+  auto probes = [&p] { return p.info(0).ctr[QpCtr::tx_probes]; };
+
+  // Series A: a lost WRITE draws probes; the second one's reply has the
+  // packet resent (no RTT sample is taken from it), and its SACK ends the series.
+  int dropped = 0;
+  drop_data_packet_once(p, before.snd_nxt, dropped);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(2, 64, 0)) == 0);
+  p.net.run_until(p.net.now() + 100'000);
+  REQUIRE(dropped == 1);
+  REQUIRE(first_reply);
+  REQUIRE(p.net.completions(0).size() == 2);
+  const uint64_t resends = p.info(0).ctr[QpCtr::tx_retransmits] - before.ctr[QpCtr::tx_retransmits];
+  REQUIRE(resends == 1);
+
+  // Series B: eight packets reach the responder, their SACKs are held, and
+  // the quiet draws a probe.
+  holding = true;
+  const uint64_t probes_before_b = probes();
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(3, 8 * 4096, 64)) == 0);
+  for (int i = 0; i < 1000 && probes() == probes_before_b; ++i) p.net.run_until(p.net.now() + 100);
+  REQUIRE(probes() == probes_before_b + 1);
+  // Series A's first reply arrives now. The responder sent it before any of
+  // the eight arrived, so it says nothing about them.
+  release(*first_reply);
+  p.net.run_until(p.net.now() + 5'000);
+  CHECK(p.info(0).ctr[QpCtr::tx_retransmits] - before.ctr[QpCtr::tx_retransmits] == resends);
+  holding = false;
+  for (Held& h : held) release(h);
+  p.net.run_until_idle(p.net.now() + 10'000'000);
+  REQUIRE(p.net.completions(0).size() == 3);
+  const QpInfo after = p.info(0);
+  CHECK(after.ctr[QpCtr::tx_retransmits] - before.ctr[QpCtr::tx_retransmits] == resends);
+  CHECK(after.ctr[QpCtr::rto_fired] == before.ctr[QpCtr::rto_fired]);
+  CHECK(std::memcmp(p.src.data(), p.dst.data(), 64 + 8 * 4096) == 0);
 }
 
 TEST_CASE("data sent in the tail probe's own instant, after it, is not condemned by its reply") {
