@@ -87,6 +87,10 @@ four = best(lambda r: r.get("label") == "4KB-4planes", "goodput_gbps")
 small = best(lambda r: r.get("label") == "64B-1plane", "mops")
 print()
 print(f"baseline testpmd memif 4 KB frames: {base:.1f} Gb/s per core")
+samples = [g for r in rows if r.get("tool") == "testpmd" for g in r.get("rx_gbps_per_sample", [])]
+if samples:
+    # The host moves this VM's vCPUs (test/bench/cpu_pair_rtt.cc): compare with care.
+    print(f"  (its rate over ~1 s samples ranged {min(samples):.0f} to {max(samples):.0f} Gb/s)")
 if base:
     print(f"mrc-nic 4 KB MTU WRITEs, 1 plane : {one:.1f} Gb/s goodput = {100 * one / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
