@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -82,6 +83,7 @@ struct Options {
   std::string timeline;
   double timeline_interval_us = 10;
   std::string pcap;
+  std::string pcap_link = "up:0:0";
   // The engines compute and check ICRCs only where they matter: with
   // corruption on some link (the check is what catches it) or a capture.
   // Otherwise the port "offloads" them, as a RoCE NIC does.
@@ -156,6 +158,7 @@ class Sim {
   void schedule_failures();
   void apply_failure(bool up);
   std::optional<double> recovery_us() const;
+  sim::Link* captured_link(std::string& err);
 
   Options o_;
   std::unique_ptr<sim::Fabric> net_;
@@ -181,6 +184,50 @@ class Sim {
   bool tokens_ = false;
   sim::PlacementLedger ledger_;
 };
+
+// --pcap-link, plane first as in --fail-link: up:P:H (host H's uplink on
+// plane P), down:P:H (its downlink), leaf-spine:P:L:S or spine-leaf:P:L:S
+// (between leaf L and spine S on plane P).
+sim::Link* Sim::captured_link(std::string& err) {
+  const auto colon = o_.pcap_link.find(':');
+  const std::string kind = o_.pcap_link.substr(0, colon);
+  std::vector<uint32_t> ix;
+  for (size_t at = colon; at != std::string::npos;) {
+    const size_t next = o_.pcap_link.find(':', at + 1);
+    const std::string field = o_.pcap_link.substr(at + 1, next == std::string::npos ? next : next - at - 1);
+    uint32_t v = 0;
+    const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+    if (field.empty() || ec != std::errc() || end != field.data() + field.size()) {
+      err = "\"" + field + "\" is not an index";
+      return nullptr;
+    }
+    ix.push_back(v);
+    at = next;
+  }
+  const bool host_link = kind == "up" || kind == "down";
+  if (!host_link && kind != "leaf-spine" && kind != "spine-leaf") {
+    err = "expected up:PLANE:HOST, down:PLANE:HOST, leaf-spine:PLANE:LEAF:SPINE or spine-leaf:PLANE:LEAF:SPINE";
+    return nullptr;
+  }
+  if (ix.size() != (host_link ? 2u : 3u)) {
+    err = host_link ? "expected " + kind + ":PLANE:HOST" : "expected " + kind + ":PLANE:LEAF:SPINE";
+    return nullptr;
+  }
+  sim::Fabric& n = *net_;
+  const auto out_of_range = [&](const char* what, uint32_t v, uint32_t count) {
+    err = fmt::format("{} {} out of range (0..{})", what, v, count - 1);
+    return nullptr;
+  };
+  if (host_link) {
+    if (ix[0] >= o_.planes) return out_of_range("plane", ix[0], o_.planes);
+    if (ix[1] >= o_.hosts) return out_of_range("host", ix[1], o_.hosts);
+    return kind == "up" ? &n.uplink(ix[1], ix[0]) : &n.downlink(ix[1], ix[0]);
+  }
+  if (ix[0] >= o_.planes) return out_of_range("plane", ix[0], o_.planes);
+  if (ix[1] >= n.leaves()) return out_of_range("leaf", ix[1], n.leaves());
+  if (ix[2] >= n.spines()) return out_of_range("spine", ix[2], n.spines());
+  return kind == "leaf-spine" ? &n.leaf_to_spine(ix[0], ix[1], ix[2]) : &n.spine_to_leaf(ix[0], ix[1], ix[2]);
+}
 
 bool Sim::build_flows(std::string& err) {
   const uint32_t H = o_.hosts;
@@ -536,13 +583,17 @@ int Sim::run() {
     return 2;
   }
   if (!o_.pcap.empty()) {
+    std::string err;
+    sim::Link* link = captured_link(err);
+    if (!link) {
+      fmt::print(stderr, "mrc-sim: --pcap-link {}: {}\n", o_.pcap_link, err);
+      return 2;
+    }
     if (!pcap_.open(o_.pcap)) {
       fmt::print(stderr, "mrc-sim: cannot write {}\n", o_.pcap);
       return 2;
     }
-    net_->set_tx_tap([this](uint32_t h, uint32_t p, std::span<const uint8_t> f, Nanos t) {
-      if (h == 0 && p == 0) pcap_.write(f, t);
-    });
+    link->set_tap([this](std::span<const uint8_t> f, Nanos t) { pcap_.write(f, t); });
   }
   for (uint32_t fi = 0; fi < flows_.size(); ++fi) {
     for (uint32_t k = 0; k < o_.qps_per_pair; ++k) {
@@ -846,7 +897,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--timeline", o.timeline, "write a per-interval CSV");
   app.add_option("--timeline-interval-us", o.timeline_interval_us)->capture_default_str();
-  app.add_option("--pcap", o.pcap, "capture host 0's plane 0 uplink");
+  auto* pcap_opt = app.add_option("--pcap", o.pcap, "capture one link (--pcap-link) to this file");
+  app.add_option("--pcap-link", o.pcap_link,
+                 "the link --pcap captures, as its far end receives it: up:PLANE:HOST, down:PLANE:HOST, "
+                 "leaf-spine:PLANE:LEAF:SPINE or spine-leaf:PLANE:LEAF:SPINE")
+      ->needs(pcap_opt)
+      ->capture_default_str();
   app.add_option("--icrc", o.icrc, "engines compute ICRCs: auto = only with --corrupt or --pcap")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();

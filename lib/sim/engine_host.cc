@@ -107,7 +107,6 @@ class EngineHosts::Host final : public engine::Env {
   void tx_send(uint32_t plane, uint32_t len) override {
     if (plane >= pending_.size() || len > pending_[plane].size()) return;
     std::vector<uint8_t>& f = pending_[plane];
-    if (hosts_.tap_) hosts_.tap_(index_, plane, {f.data(), len}, hosts_.now());
     const uint64_t tag = hosts_.tagger_ ? hosts_.tagger_({f.data(), len}) : 0;
     // With tokens and no ICRC nothing reads the payload's bytes past the
     // token, so they need not travel: a run's frames in flight then take a

@@ -46,8 +46,6 @@ class EngineHosts {
   // Runs after the engine call that produced the completion has returned,
   // so it may post work (post_send) without re-entering the engine.
   using CompletionHook = std::function<void(uint32_t host, const engine::Completion&)>;
-  // Sees every frame a host puts on a plane (e.g. for a pcap).
-  using TxTap = std::function<void(uint32_t host, uint32_t plane, std::span<const uint8_t> frame, Nanos t)>;
   // Engine events as they happen, inside the engine call: for logs and
   // counters only, never for calling into an engine. Any may be empty.
   struct Observers {
@@ -98,7 +96,6 @@ class EngineHosts {
   // For a caller that knows what every placement must be (mrc-sim).
   using PlacementCheck = std::function<void(uint32_t host, const Placement&)>;
   void set_payload_tokens(PlacementCheck check) { placement_check_ = std::move(check); }
-  void set_tx_tap(TxTap tap) { tap_ = std::move(tap); }
   // Tags each frame a host sends (Link::Sink), while its headers are in cache.
   using TxTagger = uint64_t (*)(std::span<const uint8_t> frame);
   void set_tx_tagger(TxTagger tagger) { tagger_ = tagger; }
@@ -132,7 +129,6 @@ class EngineHosts {
   uint32_t tx_stage_bytes_ = 0;
   CompletionHook hook_;
   PlacementCheck placement_check_;
-  TxTap tap_;
   TxTagger tagger_ = nullptr;
   std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
   std::vector<uint8_t> rx_frame_;             // compact frames are made whole here

@@ -56,7 +56,6 @@ class Fabric {
   // so it may post work without re-entering the engine.
   using CompletionHook = EngineHosts::CompletionHook;
   // Sees every frame a host puts on a plane (e.g. for a pcap).
-  using TxTap = EngineHosts::TxTap;
 
   // Throws std::invalid_argument when the shape is out of range.
   explicit Fabric(const Config& cfg);
@@ -96,7 +95,6 @@ class Fabric {
   EventId at(Nanos t, Callback fn) { return loop_.at(t, std::move(fn)); }
 
   void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
-  void set_tx_tap(TxTap tap) { hosts_.set_tx_tap(std::move(tap)); }
   void set_payload_tokens(EngineHosts::PlacementCheck check) { hosts_.set_payload_tokens(std::move(check)); }
   const Stats& stats() const { return stats_; }
 

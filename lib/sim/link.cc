@@ -137,6 +137,7 @@ void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_
     }
     ++ctr_.delivered;
     ctr_.delivered_bytes += wire;
+    if (tap_) tap_(f, loop_.now());
     if (sink_) sink_(std::move(f), tag, wire);
   };
   static_assert(sizeof(deliver) <= Callback::kInline, "a frame hop must not allocate");

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -88,6 +89,10 @@ class Link {
   Link& operator=(const Link&) = delete;
 
   void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // Sees every frame the link delivers, as it arrives (a capture at its far
+  // end): the bytes that travel, which for a compact frame stop short.
+  using Tap = std::function<void(std::span<const uint8_t> frame, Nanos t)>;
+  void set_tap(Tap tap) { tap_ = std::move(tap); }
   // Queues a frame at loop.now(); the sink gets it (or not) at arrival time.
   // Its length on the wire is the larger of wire_len and its size.
   void send(std::vector<uint8_t> frame, uint64_t tag = 0, uint32_t wire_len = 0);
@@ -139,6 +144,7 @@ class Link {
   LinkParams params_;
   uint64_t rng_state_;
   Sink sink_;
+  Tap tap_;
   uint32_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
   bool blackhole_ = false;
   LinkCounters ctr_;
