@@ -191,23 +191,27 @@ class Sim {
 sim::Link* Sim::captured_link(std::string& err) {
   const auto colon = o_.pcap_link.find(':');
   const std::string kind = o_.pcap_link.substr(0, colon);
+  const bool host_link = kind == "up" || kind == "down";
+  if (!host_link && kind != "leaf-spine" && kind != "spine-leaf") {
+    err = "expected up:PLANE:HOST, down:PLANE:HOST, leaf-spine:PLANE:LEAF:SPINE or spine-leaf:PLANE:LEAF:SPINE";
+    return nullptr;
+  }
   std::vector<uint32_t> ix;
   for (size_t at = colon; at != std::string::npos;) {
     const size_t next = o_.pcap_link.find(':', at + 1);
     const std::string field = o_.pcap_link.substr(at + 1, next == std::string::npos ? next : next - at - 1);
     uint32_t v = 0;
     const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), v);
+    if (ec == std::errc::result_out_of_range) {
+      err = field + " is out of range";
+      return nullptr;
+    }
     if (field.empty() || ec != std::errc() || end != field.data() + field.size()) {
       err = "\"" + field + "\" is not an index";
       return nullptr;
     }
     ix.push_back(v);
     at = next;
-  }
-  const bool host_link = kind == "up" || kind == "down";
-  if (!host_link && kind != "leaf-spine" && kind != "spine-leaf") {
-    err = "expected up:PLANE:HOST, down:PLANE:HOST, leaf-spine:PLANE:LEAF:SPINE or spine-leaf:PLANE:LEAF:SPINE";
-    return nullptr;
   }
   if (ix.size() != (host_link ? 2u : 3u)) {
     err = host_link ? "expected " + kind + ":PLANE:HOST" : "expected " + kind + ":PLANE:LEAF:SPINE";

@@ -39,12 +39,6 @@ uint64_t room_threshold(const Link& up, uint32_t stage) {
   return limit > kRoomFrameBytes ? limit - kRoomFrameBytes : 0;
 }
 
-wire::ParseError parse_headers(std::span<const uint8_t> frame, wire::Packet& pkt) {
-  wire::ParseOptions opts;
-  opts.verify_icrc = false;
-  return wire::parse_frame(frame, pkt, opts);
-}
-
 // What travels of a frame when payloads are tokens and there is no ICRC:
 // for a data frame, a compact frame: its headers and the token (and the
 // payload's odd bytes, as payload and pad fill whole words), then its pad
@@ -53,7 +47,8 @@ wire::ParseError parse_headers(std::span<const uint8_t> frame, wire::Packet& pkt
 // anything else (none such is sent today).
 std::vector<uint8_t> travelling_copy(std::span<const uint8_t> frame) {
   wire::Packet pkt;
-  const bool compact = frame.size() >= kCompactFromBytes && parse_headers(frame, pkt) == wire::ParseError::ok &&
+  const bool compact = frame.size() >= kCompactFromBytes &&
+                       wire::parse_frame(frame, pkt, {.verify_icrc = false}) == wire::ParseError::ok &&
                        (pkt.at.flags & wire::kOpPayload) && pkt.at.payload_len >= sizeof(uintptr_t);
   if (!compact && frame.size() > FramePool::kSmallBytes) return {};
   std::vector<uint8_t> c = FramePool::take(FramePool::kSmallBytes);
@@ -184,7 +179,8 @@ engine::Engine& EngineHosts::engine(uint32_t h) { return *hosts_.at(h)->engine_;
 
 std::span<const uint8_t> EngineHosts::expand(std::span<const uint8_t> compact, uint32_t wire_len) {
   wire::Packet pkt;
-  if (wire_len > rx_frame_.size() || parse_headers(compact, pkt) != wire::ParseError::ok) return compact;
+  if (wire_len > rx_frame_.size() || wire::parse_frame(compact, pkt, {.verify_icrc = false}) != wire::ParseError::ok)
+    return compact;
   const uint32_t tail = pkt.at.pad + wire::kIcrcLen;
   uint8_t* f = rx_frame_.data();
   std::memcpy(f, compact.data(), compact.size() - tail);

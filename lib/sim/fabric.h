@@ -55,7 +55,6 @@ class Fabric {
   // Runs after the engine call that produced the completion has returned,
   // so it may post work without re-entering the engine.
   using CompletionHook = EngineHosts::CompletionHook;
-  // Sees every frame a host puts on a plane (e.g. for a pcap).
 
   // Throws std::invalid_argument when the shape is out of range.
   explicit Fabric(const Config& cfg);

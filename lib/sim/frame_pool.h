@@ -18,9 +18,8 @@ class FramePool {
   static constexpr size_t kSmallBytes = 512;
 
   // A returned buffer of the same class, or a new one with room for
-  // `capacity` bytes. Its size is whatever it last had: resizing a reused
-  // buffer to its next frame size then zero-fills nothing when frames keep
-  // their size, as data frames do.
+  // `capacity` bytes. Its size is whatever it last had, so that resizing it
+  // to a frame of about that size zero-fills little.
   static std::vector<uint8_t> take(size_t capacity) {
     auto& free = list(capacity);
     if (free.empty()) {
@@ -39,7 +38,7 @@ class FramePool {
   }
 
  private:
-  // Bounds what an idle pool holds after a burst: 4096 x ~4 KB, or
+  // Bounds what an idle pool holds after a burst: 4096 x ~4 KB and
   // 4096 x 512 B.
   static constexpr size_t kMaxKept = 4096;
   // Per thread: a simulation runs on one thread, tests may run several.

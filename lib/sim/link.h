@@ -42,9 +42,9 @@ struct LinkParams {
 
 #define MRC_LINK_COUNTERS(X)                                              \
   X(sent, "frames offered to the link")                                   \
-  X(sent_bytes, "bytes offered to the link")                              \
+  X(sent_bytes, "wire bytes offered to the link")                         \
   X(delivered, "frames handed to the sink, duplicates included")          \
-  X(delivered_bytes, "bytes handed to the sink")                          \
+  X(delivered_bytes, "wire bytes handed to the sink")                     \
   X(dropped_queue, "frames tail-dropped: the queue was full")             \
   X(dropped_loss, "frames lost on the wire")                              \
   X(dropped_down, "frames sent into, or in flight on, a link going down") \
@@ -145,7 +145,7 @@ class Link {
   uint64_t rng_state_;
   Sink sink_;
   Tap tap_;
-  uint32_t epoch_ = 0;  // bumped on going down: deliveries of older epochs are lost
+  uint32_t epoch_ = 0;  // bumped on going down or black: deliveries of older epochs are lost
   bool blackhole_ = false;
   LinkCounters ctr_;
 };

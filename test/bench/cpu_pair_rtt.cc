@@ -39,7 +39,18 @@ void await(const std::atomic<uint64_t>& ball, uint64_t want) {
 
 int main(int argc, char** argv) {
   CLI::App app{"cache-line round trip between two CPUs"};
-  unsigned cpu_a = 0, cpu_b = 1;
+  // By default the first two CPUs this process may use (the first twice
+  // when it may use one).
+  unsigned cpu_a = 0, cpu_b = 0;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
+    std::vector<unsigned> cpus;
+    for (unsigned c = 0; c < CPU_SETSIZE && cpus.size() < 2; ++c)
+      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
+    if (!cpus.empty()) cpu_a = cpu_b = cpus[0];
+    if (cpus.size() > 1) cpu_b = cpus[1];
+  }
   uint32_t trips = 100'000;
   app.add_option("--cpus", cpu_a, "first CPU")->capture_default_str();
   app.add_option("--peer", cpu_b, "second CPU")->capture_default_str();

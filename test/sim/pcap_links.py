@@ -3,11 +3,12 @@
 
 Usage: /usr/bin/python3 pcap_links.py MRC_SIM SCENARIO_DIR WORKDIR
 
-single_flow.conf (host 0 on leaf 0 writes to host 4 on leaf 1) with one spine,
-so that every frame between the leaves crosses spine 0. Each capture must hold
-frames, each a RoCEv2 frame (UDP 4791) whose ICRC the independent zlib checker
-of test/conformance/scapy_icrc.py accepts, in time order, and every frame must
-belong on that link: its source or destination host must be the link's.
+single_flow.conf (host 0 on leaf 0 writes to host 4 on leaf 1) with two spines.
+Each capture must hold frames, each a RoCEv2 frame (UDP 4791) whose ICRC the
+independent zlib checker of test/conformance/scapy_icrc.py accepts, in time
+order, and every frame must belong on that link: its plane (the second byte of
+its addresses) and its source or destination host must be the link's. The
+leaf-spine links are named with leaf != spine, so that swapped indices show.
 """
 import os
 import subprocess
@@ -25,14 +26,14 @@ def host_of(ip):
     return int.from_bytes(ip[2:4], "big") - 1
 
 
-# link spec -> (description, which frames belong: f(src_host, dst_host))
+# link spec -> (description, plane, which frames belong: f(src_host, dst_host))
 LINKS = {
-    "up:0:0": ("host 0's uplink on plane 0", lambda s, d: s == 0),
-    "down:0:4": ("host 4's downlink on plane 0", lambda s, d: d == 4),
-    "up:2:4": ("host 4's uplink on plane 2 (its ACKs)", lambda s, d: s == 4 and d == 0),
-    "leaf-spine:1:0:0": ("leaf 0 to spine 0 on plane 1",
+    "up:0:0": ("host 0's uplink on plane 0", 0, lambda s, d: s == 0),
+    "down:3:4": ("host 4's downlink on plane 3", 3, lambda s, d: d == 4),
+    "up:2:4": ("host 4's uplink on plane 2 (its ACKs)", 2, lambda s, d: s == 4 and d == 0),
+    "leaf-spine:1:0:1": ("leaf 0 to spine 1 on plane 1", 1,
                          lambda s, d: s // HOSTS_PER_LEAF == 0 and d // HOSTS_PER_LEAF != 0),
-    "spine-leaf:1:0:0": ("spine 0 to leaf 0 on plane 1", lambda s, d: d // HOSTS_PER_LEAF == 0),
+    "spine-leaf:1:0:1": ("spine 1 to leaf 0 on plane 1", 1, lambda s, d: d // HOSTS_PER_LEAF == 0),
 }
 
 
@@ -48,15 +49,15 @@ def main():
 
     # A malformed or out-of-range link is refused with the option named.
     for bad in ("up:0:99", "leaf-spine:0:0", "sideways:0:0", "down:x:1"):
-        r = subprocess.run([sim, "--config", os.path.join(scenarios, "single_flow.conf"), "--spines", "1",
+        r = subprocess.run([sim, "--config", os.path.join(scenarios, "single_flow.conf"), "--spines", "2",
                             "--pcap", os.path.join(work, "bad.pcap"), "--pcap-link", bad],
                            capture_output=True, text=True)
         if r.returncode == 0 or "--pcap-link" not in r.stderr:
             fail(f"--pcap-link {bad}: exit {r.returncode}, stderr {r.stderr.strip()!r}")
 
-    for spec, (what, belongs) in LINKS.items():
+    for spec, (what, plane, belongs) in LINKS.items():
         pcap = os.path.join(work, spec.replace(":", "_") + ".pcap")
-        r = subprocess.run([sim, "--config", os.path.join(scenarios, "single_flow.conf"), "--spines", "1",
+        r = subprocess.run([sim, "--config", os.path.join(scenarios, "single_flow.conf"), "--spines", "2",
                             "--pcap", pcap, "--pcap-link", spec], capture_output=True, text=True)
         if r.returncode != 0:
             fail(f"{spec}: mrc-sim exited {r.returncode}: {r.stderr.strip()}")
@@ -80,6 +81,8 @@ def main():
             if icrc_zlib(l3) != stored_icrc(l3):
                 fail(f"{where}: ICRC {stored_icrc(l3):#010x}, zlib computes {icrc_zlib(l3):#010x}")
             src, dst = host_of(l3[12:16]), host_of(l3[16:20])
+            if l3[13] != plane or l3[17] != plane:
+                fail(f"{where}: addresses {l3[12:16].hex()} -> {l3[16:20].hex()} are not on plane {plane}")
             if not belongs(src, dst):
                 fail(f"{where}: host {src} -> host {dst} does not cross {what}")
             data += len(frame) > 1000

@@ -293,7 +293,7 @@ TEST_CASE("A frame shorter than its wire length takes the wire length's time, ro
   for (int i = 0; i < 4; ++i) b.link.send(head, 0, kFrameBytes);
   CHECK(b.link.queued_bytes() == 3 * kFrameBytes);
   CHECK(b.link.counters().dropped_queue == 1);
-  b.link.send(make_frame(1), 0, 10);  // a wire length below the size counts as the size
+  b.link.send(make_frame(1), 0, 10);
   CHECK(b.link.counters().dropped_queue == 2);
   CHECK(b.loop.run_until_idle());
   REQUIRE(b.got.size() == 3);
@@ -304,6 +304,15 @@ TEST_CASE("A frame shorter than its wire length takes the wire length's time, ro
   }
   CHECK(b.link.counters().sent_bytes == 4 * kFrameBytes + make_frame(1).size());
   CHECK(b.link.counters().delivered_bytes == 3 * kFrameBytes);
+
+  SECTION("a wire length below the size counts as the size") {
+    Bench e(clean(), 1);
+    e.link.send(make_frame(1), 0, 10);
+    CHECK(e.link.queued_bytes() == kFrameBytes);
+    e.loop.run_until_idle();
+    REQUIRE(e.got.size() == 1);
+    CHECK(e.got[0].wire_len == kFrameBytes);
+  }
 
   SECTION("trimmed, it is its headers on the wire") {
     LinkParams p = clean();
