@@ -92,8 +92,8 @@ class EngineHosts {
   // caught only by the ICRC check (mrc-sim turns it on when links corrupt).
   // Where engines compute no ICRC, those bytes do not even travel: data
   // frames go as compact frames (Link's wire_len), which saves their memory
-  // and changes no result, but for one case mrc-sim refuses: corrupting
-  // links without ICRCs then always hit the token.
+  // and changes no result, but in one case mrc-sim refuses: a link that
+  // corrupts frames no ICRC checks then always hits the token.
   // For a caller that knows what every placement must be (mrc-sim).
   using PlacementCheck = std::function<void(uint32_t host, const Placement&)>;
   void set_payload_tokens(PlacementCheck check) { placement_check_ = std::move(check); }

@@ -145,7 +145,7 @@ class Link {
   uint64_t rng_state_;
   Sink sink_;
   Tap tap_;
-  uint32_t epoch_ = 0;  // bumped on going down or black: deliveries of older epochs are lost
+  uint32_t epoch_ = 0;  // bumped on going down or black-holed: deliveries of older epochs are lost
   bool blackhole_ = false;
   LinkCounters ctr_;
 };
