@@ -95,4 +95,14 @@ if base:
     print(f"mrc-nic 4 KB MTU WRITEs, 1 plane : {one:.1f} Gb/s goodput = {100 * one / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
 print(f"mrc-nic 64 B WRITEs: {small:.3f} Mops per core")
+# Each round's own ratio too: the baseline swings with the vCPUs' placement
+# (see above), so the spread of these says how much one round's ratio means.
+pairs, base_now = [], None
+for r in rows:
+    if r.get("tool") == "testpmd":
+        base_now = r["rx_gbps"]
+    elif r.get("label") == "4KB-1plane" and base_now:
+        pairs.append(100 * r["goodput_gbps"] / base_now)
+if len(pairs) > 1:
+    print("4 KB, 1 plane, each round against its own baseline: " + ", ".join(f"{x:.0f} %" for x in pairs))
 EOF
