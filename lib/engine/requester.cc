@@ -257,9 +257,15 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now) {
   s.bytes_acked += t.len;
   // A resent packet acknowledged sooner than any round trip was answered
   // for its first copy: it dates nothing (RFC 8985 §6.2 step 2), and the
-  // reorder window was too short for this QP's paths.
+  // reorder window was too short for this QP's paths. "Sooner" is also
+  // within a third of the smoothed RTT: under load the least RTT seen is
+  // the idle one, and a resend queued behind the same traffic as its first
+  // copy is not answered that fast. Four memif planes drained in turn, no
+  // loss at all: 1.0-1.4 resends per 1,000 packets and no timeouts, against
+  // 1.2-10.6 and up to 32 timeouts in 10 s with the least RTT alone; mrc-sim's
+  // targets unchanged (a half instead of a third: 0.1 % loss 0.903 -> 0.898).
   const Nanos rtt = now - t.sent_at;
-  if (t.tx_count > 1 && qp.min_rtt != kNever && rtt < qp.min_rtt)
+  if (t.tx_count > 1 && qp.min_rtt != kNever && rtt < std::max(qp.min_rtt, qp.srtt / 3))
     note_spurious_resend(qp, (t.flags & kPktRackResend) != 0, now);
   if (sent_before(qp.rack_sent_at, qp.rack_psn, t.sent_at, psn) && (t.tx_count == 1 || rtt >= qp.min_rtt)) {
     qp.rack_sent_at = t.sent_at;
