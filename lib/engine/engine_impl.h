@@ -47,19 +47,22 @@ inline constexpr unsigned kMrIndexBits = 12;
 // One outstanding PSN at the requester.
 enum TxPktFlags : uint8_t {
   kPktAcked = 1 << 0,
-  kPktInFlight = 1 << 1,    // counted in inflight_bytes (sent, not acked, not declared lost)
-  kPktQueued = 1 << 2,      // waiting in the retransmit queue
-  kPktRackResend = 1 << 3,  // last resent because RACK judged it lost (a needless one widens the window)
+  kPktInFlight = 1 << 1,      // counted in inflight_bytes (sent, not acked, not declared lost)
+  kPktQueued = 1 << 2,        // waiting in the retransmit queue
+  kPktRackResend = 1 << 3,    // last resent because RACK judged it lost (a needless one widens the window)
+  kPktPlaneCharged = 1 << 4,  // a copy declared lost still counts in plane_inflight[charged_plane]
 };
 struct TxPkt {
   Nanos sent_at = 0;
   uint32_t sq_index = 0;  // monotonic SQ index of its WQE
   uint32_t offset = 0;    // byte offset within the message
-  uint32_t len = 0;
-  uint16_t ev = 0;  // index into Qp::evs
+  uint16_t len = 0;       // at most the path MTU, 9000
+  uint16_t ev = 0;        // index into Qp::evs
   uint8_t tx_count = 0;
   uint8_t flags = 0;
+  uint8_t charged_plane = 0;
 };
+static_assert(sizeof(TxPkt) == 24);
 
 struct SqEntry {
   SendWr wr;
@@ -360,7 +363,8 @@ struct Engine::Impl {
   void ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now);
   void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
   void queue_retransmit(Qp& qp, uint32_t psn);
-  void take_out_of_flight(Qp& qp, TxPkt& t);
+  void take_out_of_flight(Qp& qp, TxPkt& t, bool lost);
+  void release_plane_charge(Qp& qp, TxPkt& t);
   void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path);
   void on_rack_timer(Qp& qp, Nanos now);
   void advance_una(Qp& qp, Nanos now, bool progress);

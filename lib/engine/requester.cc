@@ -157,7 +157,7 @@ uint32_t Engine::Impl::transmit(Qp& qp, Nanos now, uint32_t budget) {
     t = TxPkt{};
     t.sq_index = qp.sq_send;
     t.offset = offset;
-    t.len = len;
+    t.len = static_cast<uint16_t>(len);
     if (!send_data(qp, qp.snd_nxt, false, now)) return sent;
     ++sent;
     qp.tail_probe_at = kNever;
@@ -273,7 +273,8 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now) {
   const uint32_t plane = qp.evs[t.ev].plane;  // the plane carries traffic
   qp.plane_losses[plane] = 0;
   qp.plane_acked_sent_at[plane] = std::max(qp.plane_acked_sent_at[plane], t.sent_at);
-  take_out_of_flight(qp, t);
+  take_out_of_flight(qp, t, false);
+  release_plane_charge(qp, t);
   t.flags |= kPktAcked;
   s.bytes_acked += t.len;
   // A resent packet acknowledged sooner than any round trip was answered
@@ -336,18 +337,35 @@ void Engine::Impl::resend_in_flight_on(Qp& qp, uint32_t planes, Nanos now) {
 
 void Engine::Impl::queue_retransmit(Qp& qp, uint32_t psn) {
   TxPkt& t = qp.win[psn & qp.win_mask];
-  take_out_of_flight(qp, t);
+  take_out_of_flight(qp, t, true);
   t.flags |= kPktQueued;
   qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
 }
 
 // The packet no longer counts against the windows: acknowledged, or lost.
-void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t) {
+// A lost copy still counts against its plane's load until the packet is
+// acknowledged: declared lost is not gone, and a copy that was only late
+// sits in that plane's queues. Released at once, the deepest plane looked
+// the emptiest and drew the next packets, which were then late too.
+void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t, bool lost) {
   if (!(t.flags & kPktInFlight)) return;
   qp.inflight_bytes -= t.len;
-  --qp.plane_inflight[qp.evs[t.ev].plane];
+  const uint8_t plane = qp.evs[t.ev].plane;
   --qp.evs[t.ev].inflight;
   t.flags &= ~kPktInFlight;
+  release_plane_charge(qp, t);  // an earlier lost copy gives way to this one
+  if (lost) {
+    t.flags |= kPktPlaneCharged;
+    t.charged_plane = plane;
+  } else {
+    --qp.plane_inflight[plane];
+  }
+}
+
+void Engine::Impl::release_plane_charge(Qp& qp, TxPkt& t) {
+  if (!(t.flags & kPktPlaneCharged)) return;
+  --qp.plane_inflight[t.charged_plane];
+  t.flags &= ~kPktPlaneCharged;
 }
 
 // RACK: a packet is lost once a packet sent after it has been acknowledged
