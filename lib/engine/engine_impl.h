@@ -74,9 +74,6 @@ struct SqEntry {
   WcStatus error = WcStatus::success;  // set for WRs refused at post time
 };
 
-// What the per-packet EV choice reads, 16 bytes so that a QP's 256 EVs
-// take 4 KB: the two random EVs a packet looks at were two cache misses
-// each when the probe state and counters sat beside them (112 bytes).
 struct Ev {
   uint32_t value = 0;
   uint8_t plane = 0;
@@ -84,11 +81,6 @@ struct Ev {
   bool active = false;
   uint32_t skip_until = 0;  // plane pick count at which SKIP ends
   uint32_t inflight = 0;    // packets sent on it, neither acknowledged nor declared lost
-};
-static_assert(sizeof(Ev) == 16);
-
-// The rest of an EV's state, at the same index in Qp::ev_cold.
-struct EvCold {
   Nanos probe_at = kNever;  // next probe, for ASSUMED_BAD EVs
   Nanos probe_backoff = 0;
   uint64_t drops = 0;  // losses since the last GOOD<->ASSUMED_BAD event
@@ -174,7 +166,6 @@ struct Qp {
 
   // EVs.
   std::vector<Ev> evs;
-  std::vector<EvCold> ev_cold;
   std::array<std::vector<uint16_t>, kMaxPlanes> active{};   // spray set per plane
   std::array<std::vector<uint16_t>, kMaxPlanes> backups{};  // GOOD spares per plane
   std::array<uint32_t, kMaxPlanes> plane_picks{};

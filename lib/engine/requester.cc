@@ -250,13 +250,13 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   t.flags = static_cast<uint8_t>((t.flags & ~kPktQueued) | kPktInFlight);
   qp.inflight_bytes += t.len;
   ++qp.plane_inflight[plane];
-  ++qp.evs[ev].inflight;
-  Counters<EvCtr>& evc = qp.ev_cold[ev].ctr;
+  Ev& evr = qp.evs[ev];
+  ++evr.inflight;
   if (retransmit) {
-    evc.inc(EvCtr::rtx_pkts);
+    evr.ctr.inc(EvCtr::rtx_pkts);
     qp.ctr.inc(QpCtr::tx_retransmits);
   } else {
-    evc.inc(EvCtr::tx_pkts);
+    evr.ctr.inc(EvCtr::tx_pkts);
     qp.ctr.inc(QpCtr::tx_data_pkts);
     qp.ctr.inc(QpCtr::tx_data_bytes, t.len);
   }
@@ -434,14 +434,14 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
     if (in_flight_range(qp, trigger)) {
       const TxPkt& t = qp.win[trigger & qp.win_mask];
-      Counters<EvCtr>& evc = qp.ev_cold[t.ev].ctr;
-      evc.inc(EvCtr::acks);
+      Ev& ev = qp.evs[t.ev];
+      ev.ctr.inc(EvCtr::acks);
       if (!(t.flags & kPktAcked) && t.tx_count == 1) {  // Karn: no samples from retransmissions
         smp.rtt_ns = now - t.sent_at;
         update_rtt(qp, smp.rtt_ns);
       }
       if (mark != SkipMark::none) {
-        evc.inc(EvCtr::ecn_marks);
+        ev.ctr.inc(EvCtr::ecn_marks);
         smp.ecn = true;
         if (mark == SkipMark::always_skip)
           ev_mark(qp, t.ev, EvState::assumed_bad, now, false);
@@ -603,7 +603,7 @@ void Engine::Impl::on_nack(Qp& qp, const Packet& p, Nanos now) {
   switch (static_cast<NackReason>(n.nack_reason())) {
     case NackReason::trimmed:
     case NackReason::trimmed_lasthop:
-      qp.ev_cold[t.ev].ctr.inc(EvCtr::trims);
+      qp.evs[t.ev].ctr.inc(EvCtr::trims);
       // A trim is congestion, not failure: skip the EV for a rotation (a
       // last-hop trim says nothing about the path) and resend at once.
       if (n.nack_reason() == uint8_t(NackReason::trimmed)) ev_skip(qp, t.ev);

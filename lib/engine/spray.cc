@@ -14,7 +14,6 @@ using namespace wire;
 // plane, as a RoCEv2 NIC binds a QP to one port.
 void Engine::Impl::build_evs(Qp& qp) {
   qp.evs.clear();
-  qp.ev_cold.clear();
   for (auto& v : qp.active) v.clear();
   for (auto& v : qp.backups) v.clear();
   qp.active_good = 0;
@@ -42,7 +41,6 @@ void Engine::Impl::build_evs(Qp& qp) {
     qp.backups[p].reserve(on_plane[p]);
   }
   qp.evs.reserve(entries.size());
-  qp.ev_cold.assign(entries.size(), EvCold{});
   std::array<uint32_t, kMaxPlanes> seen{};
   for (const EvEntry& e : entries) {
     Ev ev;
@@ -155,15 +153,15 @@ void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
   ev.state = EvState::skip;
   const uint32_t rotation = cfg.skip_picks ? cfg.skip_picks : static_cast<uint32_t>(qp.active[ev.plane].size());
   ev.skip_until = qp.plane_picks[ev.plane] + rotation;
-  qp.ev_cold[idx].ctr.inc(EvCtr::state_changes);
+  ev.ctr.inc(EvCtr::state_changes);
 }
 
 // A packet sent on this EV was lost without a trim: MRC takes silence as a
 // path failure and stops using the EV at once.
 void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
   Ev& ev = qp.evs[idx];
-  qp.ev_cold[idx].ctr.inc(EvCtr::losses);
-  ++qp.ev_cold[idx].drops;
+  ev.ctr.inc(EvCtr::losses);
+  ++ev.drops;
   if (cfg.transport != Transport::mrc) return;
   ev_mark(qp, idx, EvState::assumed_bad, now, false);
   // Losses in a row on one plane, each of a packet sent after the plane's
@@ -216,16 +214,15 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
     std::erase(spare, idx);
   }
   ev.state = to;
-  EvCold& cold = qp.ev_cold[idx];
-  cold.ctr.inc(EvCtr::state_changes);
+  ev.ctr.inc(EvCtr::state_changes);
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
-    cold.probe_backoff = cfg.probe_interval;
-    cold.probe_at = now + cold.probe_backoff;
-    qp.next_probe_at = std::min(qp.next_probe_at, cold.probe_at);
+    ev.probe_backoff = cfg.probe_interval;
+    ev.probe_at = now + ev.probe_backoff;
+    qp.next_probe_at = std::min(qp.next_probe_at, ev.probe_at);
     activate(qp);
   } else {
-    cold.probe_at = kNever;
+    ev.probe_at = kNever;
   }
   if (to == EvState::good && !ev.active) {
     // Back in service: refill the plane's spray set first, else keep as a spare.
@@ -242,14 +239,14 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   // SKIP is invisible to the controller: for events it counts as GOOD.
   const bool was_good = from == EvState::good || from == EvState::skip;
   if ((was_good && to == EvState::assumed_bad) || (from == EvState::assumed_bad && to == EvState::good)) {
-    env.ev_event(qp.qpn, idx, ev.value, was_good ? EvState::good : from, to, cold.drops);
-    cold.drops = 0;
+    env.ev_event(qp.qpn, idx, ev.value, was_good ? EvState::good : from, to, ev.drops);
+    ev.drops = 0;
   }
 }
 
 void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
   Ev& ev = qp.evs[idx];
-  qp.ev_cold[idx].ctr.inc(EvCtr::probe_replies);
+  ev.ctr.inc(EvCtr::probe_replies);
   qp.ctr.inc(QpCtr::rx_probe_replies);
   if (ev.state != EvState::assumed_bad) return;
   if (!plane_up[ev.plane] || ((qp.peer_planes_down >> ev.plane) & 1)) return;
@@ -267,10 +264,9 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
 void Engine::Impl::send_probes(Qp& qp, Nanos now) {
   Nanos next = kNever;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
-    const Ev& ev = qp.evs[i];
+    Ev& ev = qp.evs[i];
     if (ev.state != EvState::assumed_bad) continue;
-    EvCold& cold = qp.ev_cold[i];
-    if (cold.probe_at <= now && plane_up[ev.plane]) {
+    if (ev.probe_at <= now && plane_up[ev.plane]) {
       const bool sent =
           send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
             m.peth().set_type(kPethType);
@@ -279,16 +275,16 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
             m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
           });
       if (sent) {
-        cold.ctr.inc(EvCtr::probes);
+        ev.ctr.inc(EvCtr::probes);
         qp.ctr.inc(QpCtr::tx_probes);
       }
       // From 0 (probed at once when its plane came back up) to one interval.
-      cold.probe_backoff = std::clamp(cold.probe_backoff * 2, cfg.probe_interval, cfg.probe_interval_max);
-      cold.probe_at = now + cold.probe_backoff;
-    } else if (cold.probe_at <= now) {
-      cold.probe_at = now + cfg.probe_interval;  // plane down: try again later
+      ev.probe_backoff = std::clamp(ev.probe_backoff * 2, cfg.probe_interval, cfg.probe_interval_max);
+      ev.probe_at = now + ev.probe_backoff;
+    } else if (ev.probe_at <= now) {
+      ev.probe_at = now + cfg.probe_interval;  // plane down: try again later
     }
-    next = std::min(next, cold.probe_at);
+    next = std::min(next, ev.probe_at);
   }
   qp.next_probe_at = next;
 }
