@@ -202,7 +202,8 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
     return ModifyError::ok;
   }
   if (to == QpState::rtr) {
-    if (a.pmtu < 256 || a.pmtu > 9000 || a.mpr_dest == 0 || a.mpr_dest > 1024 || a.max_wimm_dest == 0 || (a.pmtu & 3))
+    if (a.pmtu < kMinPmtu || a.pmtu > kMaxPmtu || a.mpr_dest == 0 || a.mpr_dest > 1024 || a.max_wimm_dest == 0 ||
+        (a.pmtu & 3))
       return ModifyError::bad_attr;
     qp.attr.pmtu = a.pmtu;
     qp.attr.rq_psn = a.rq_psn & kPsnMask;

@@ -56,7 +56,7 @@ struct TxPkt {
   Nanos sent_at = 0;
   uint32_t sq_index = 0;  // monotonic SQ index of its WQE
   uint32_t offset = 0;    // byte offset within the message
-  uint16_t len = 0;       // at most the path MTU, 9000
+  uint16_t len = 0;       // at most kMaxPmtu
   uint16_t ev = 0;        // index into Qp::evs
   uint8_t tx_count = 0;
   uint8_t flags = 0;
@@ -353,7 +353,7 @@ struct Engine::Impl {
   void ack_through(Qp& qp, uint32_t cack, AckSample& s, Nanos now);
   void ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now);
   void mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, Nanos now);
-  void queue_retransmit(Qp& qp, uint32_t psn);
+  void queue_retransmit(Qp& qp, uint32_t psn, bool late);
   void take_out_of_flight(Qp& qp, TxPkt& t, bool lost);
   void release_plane_charge(Qp& qp, TxPkt& t);
   void detect_losses(Qp& qp, uint32_t upto_psn, Nanos now, bool blame_path);

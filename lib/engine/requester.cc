@@ -37,10 +37,24 @@ void update_rtt(Qp& qp, Nanos sample) {
   qp.srtt = (7 * qp.srtt + sample) / 8;
 }
 
+// Fields of an aggregate, counted by aggregate initialisation: a field
+// added into padding changes no size but does change this.
+struct AnyField {
+  template <class U>
+  constexpr operator U() const;
+};
+template <class T, class... A>
+consteval size_t field_count() {
+  if constexpr (requires { T{A{}..., AnyField{}}; })
+    return field_count<T, A..., AnyField>();
+  else
+    return sizeof...(A);
+}
+
 }  // namespace
 
 // post_send copies these field by field: a new field must be added there.
-static_assert(sizeof(SendWr) == 48 && sizeof(SqEntry) == 72);
+static_assert(field_count<SendWr>() == 9 && field_count<SqEntry>() == 7);
 
 int Engine::Impl::post_send(Qp& qp, const SendWr& wr) {
   if (qp.sq_tail - qp.sq_head > qp.sq_mask) {
@@ -316,7 +330,7 @@ void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, 
   TxPkt& t = qp.win[psn & qp.win_mask];
   if ((t.flags & kPktAcked) || (t.flags & kPktQueued)) return;
   t.flags = why == QpCtr::rtx_sack ? t.flags | kPktRackResend : t.flags & ~kPktRackResend;
-  queue_retransmit(qp, psn);
+  queue_retransmit(qp, psn, why == QpCtr::rtx_sack);
   qp.ctr.inc(why);
   if (path_failed) ev_lost(qp, t.ev, t.sent_at, now);
 }
@@ -335,9 +349,12 @@ void Engine::Impl::resend_in_flight_on(Qp& qp, uint32_t planes, Nanos now) {
   if (qp.rtx_head != qp.rtx_tail) activate(qp);
 }
 
-void Engine::Impl::queue_retransmit(Qp& qp, uint32_t psn) {
+// `late`: judged lost for lateness (RACK, a loss probe's reply), so the
+// copy may still be in its plane's queues; a trim, a NAK, a plane down or a
+// timeout leaves nothing there to count.
+void Engine::Impl::queue_retransmit(Qp& qp, uint32_t psn, bool late) {
   TxPkt& t = qp.win[psn & qp.win_mask];
-  take_out_of_flight(qp, t, true);
+  take_out_of_flight(qp, t, late);
   t.flags |= kPktQueued;
   qp.rtx[qp.rtx_tail++ & qp.win_mask] = psn;
 }
@@ -673,7 +690,7 @@ void Engine::Impl::go_back_n(Qp& qp, uint32_t from, QpCtr why) {
   qp.rtx_head = qp.rtx_tail = 0;
   for (uint32_t psn = from; in_flight_range(qp, psn); psn = psn_add(psn, 1)) {
     if (qp.win[psn & qp.win_mask].flags & kPktAcked) continue;
-    queue_retransmit(qp, psn);
+    queue_retransmit(qp, psn, false);
     qp.ctr.inc(why);
   }
 }

@@ -17,6 +17,9 @@ using Nanos = uint64_t;  // nanoseconds on the caller's clock
 inline constexpr Nanos kNever = ~Nanos(0);
 
 inline constexpr unsigned kMaxPlanes = 8;
+// Path MTU bounds (QpAttr::pmtu); a packet's length is kept in 16 bits.
+inline constexpr uint32_t kMinPmtu = 256, kMaxPmtu = 9000;
+static_assert(kMaxPmtu <= UINT16_MAX);
 // EVs a QP may have: probe ids above are loss probes' (engine_impl.h).
 inline constexpr size_t kMaxEvsPerQp = 0x8000;
 
