@@ -70,8 +70,9 @@ void add_options(CLI::App& app, Options& o) {
                  "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
       ->capture_default_str();
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
-                 "the reorder window may grow to this many times its base after needless resends (1: fixed)")
-      ->check(CLI::Range(1u, 255u))
+                 "the reorder window may grow, a quarter of its base at a time, to this many times its base "
+                 "after needless resends (1: fixed)")
+      ->check(CLI::Range(1.0, 64.0))
       ->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")

@@ -65,7 +65,7 @@ struct Options {
   uint32_t ack_delay_ns = 8000;
   uint32_t ack_req_every = 8;
   uint32_t reorder_window_ns = 100000;   // software ports jitter by tens of microseconds
-  uint32_t reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
+  double reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
   int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
   uint32_t plane_silent_losses = 8;
   std::vector<std::string> faults;       // "DEV[:PLANE]|* drop=P corrupt=P delay-us=N"

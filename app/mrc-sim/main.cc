@@ -68,7 +68,7 @@ struct Options {
   int retry_exp = -1;
   uint32_t mpr = 8;
   uint32_t plane_silent_losses = engine::EngineConfig{}.plane_silent_losses;
-  uint32_t reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
+  double reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
   int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
   // Failures.
   int fail_plane = -1;
@@ -879,8 +879,9 @@ int main(int argc, char** argv) {
                  "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
       ->capture_default_str();
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
-                 "the reorder window may grow to this many times its base after needless resends (1: fixed)")
-      ->check(CLI::Range(1u, 255u))
+                 "the reorder window may grow, a quarter of its base at a time, to this many times its base "
+                 "after needless resends (1: fixed)")
+      ->check(CLI::Range(1.0, 64.0))
       ->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")

@@ -54,8 +54,9 @@ std::string_view wc_status_name(WcStatus s) {
 
 Engine::Impl::Impl(const EngineConfig& c, Env& e) : cfg(c), env(e), rng(c.seed) {
   cfg.num_planes = std::clamp<uint32_t>(cfg.num_planes, 1, kMaxPlanes);
-  cfg.reorder_window_growth = std::clamp<uint32_t>(cfg.reorder_window_growth, 1, 255);  // Qp::reo_mult is a byte
-  cfg.tail_probe_delay = std::max<Nanos>(cfg.tail_probe_delay, 1);                      // see tail_probe_answered
+  // Not below 1 (NaN included), and within Qp::reo_steps.
+  cfg.reorder_window_growth = cfg.reorder_window_growth >= 1.0 ? std::min(cfg.reorder_window_growth, 64.0) : 1.0;
+  cfg.tail_probe_delay = std::max<Nanos>(cfg.tail_probe_delay, 1);  // see tail_probe_answered
   // A zero interval would probe an ASSUMED_BAD EV on every poll.
   cfg.probe_interval = std::max<Nanos>(cfg.probe_interval, 1000);
   cfg.probe_interval_max = std::max(cfg.probe_interval_max, cfg.probe_interval);

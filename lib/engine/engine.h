@@ -85,11 +85,15 @@ struct EngineConfig {
   // Lost-packet detection: a packet is lost once one sent this much later
   // has been acknowledged (RACK-style; spraying reorders).
   Nanos reorder_window = 4000;
-  // The window grows by one base window per round trip in which a resend
-  // proved needless (answered sooner than any round trip: the first copy
-  // was late, not lost), up to this many base windows, and falls back after
-  // 16 round trips without one (RFC 8985 §6.2 step 4). 1 keeps it fixed.
-  uint32_t reorder_window_growth = 2;
+  // The window grows by a quarter of its base per round trip in which a
+  // resend proved needless (answered too soon for the resend: the first
+  // copy was late, not lost), up to this many base windows, and falls back
+  // after 16 round trips without one (RFC 8985 §6.2 step 4). 1 keeps it
+  // fixed. Each real loss waits the window out, so it widens only as far as
+  // the reordering needs. mrc-sim, 128 hosts, seeds 1-20, permutation /
+  // 0.1 % loss against loss-free: 1: 0.902 / 0.945; 1.25 in quarters:
+  // 0.905 / 0.929; 2 in one step: 0.908 / 0.897.
+  double reorder_window_growth = 1.25;
   // A flight's end (every posted packet sent, none waiting to be resent) is
   // followed this long after by a loss probe, instead of a probe timeout's
   // round trips later: a lost tail packet is otherwise found only by that

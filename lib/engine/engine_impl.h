@@ -25,6 +25,8 @@ inline constexpr uint16_t loss_probe_id(uint16_t seq) { return kLossProbeIdBase 
 // Round trips without a needless resend after which the reorder window
 // falls back to its base (EngineConfig::reorder_window_growth).
 inline constexpr Nanos kReoQuietRtts = 16;
+// The reorder window grows in steps of its base divided by this.
+inline constexpr uint32_t kReoStepsPerBase = 4;
 
 // Memory regions. A key is (random tag << kMrIndexBits) | slot, so lookup is
 // one array access plus a comparison, and keys cannot be guessed.
@@ -138,8 +140,9 @@ struct Qp {
   Nanos rack_timer_at = kNever;
   uint32_t rack_end = 0;
   Nanos min_rtt = kNever;
-  // Base reorder windows in force (EngineConfig::reorder_window_growth).
-  uint8_t reo_mult = 1;
+  // The reorder window in force, in kReoStepsPerBase-ths of its base
+  // (EngineConfig::reorder_window_growth).
+  uint16_t reo_steps = kReoStepsPerBase;
   Nanos reo_grown_at = 0;
   // Tail-loss probe: a reliability probe (PETH) after a quiet spell, whose
   // reply dates every packet sent before it, so tail losses are found

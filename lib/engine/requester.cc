@@ -3,6 +3,7 @@
 // retransmits selectively on SACK holes, NACKs and timeouts. In RoCEv2 mode
 // the same code runs go-back-N on a single EV.
 #include <algorithm>
+#include <cmath>
 
 #include "engine/engine_impl.h"
 #include "wire/psn.h"
@@ -390,8 +391,9 @@ void Engine::Impl::release_plane_charge(Qp& qp, TxPkt& t) {
 // round trip. Spraying reorders by design, so a hole alone proves nothing;
 // timing does.
 Nanos Engine::Impl::reorder_window(Qp& qp, Nanos now) const {
-  if (qp.reo_mult > 1 && now - qp.reo_grown_at > kReoQuietRtts * std::max<Nanos>(qp.srtt, 1)) qp.reo_mult = 1;
-  return qp.reo_mult * std::max(cfg.reorder_window, qp.srtt / 2 + 2 * qp.rttvar);
+  if (qp.reo_steps > kReoStepsPerBase && now - qp.reo_grown_at > kReoQuietRtts * std::max<Nanos>(qp.srtt, 1))
+    qp.reo_steps = kReoStepsPerBase;
+  return qp.reo_steps * std::max(cfg.reorder_window, qp.srtt / 2 + 2 * qp.rttvar) / kReoStepsPerBase;
 }
 
 // Spraying over paths whose queues differ by more than the window makes
@@ -402,7 +404,8 @@ Nanos Engine::Impl::reorder_window(Qp& qp, Nanos now) const {
 void Engine::Impl::note_spurious_resend(Qp& qp, bool by_rack, Nanos now) {
   qp.ctr.inc(QpCtr::rtx_spurious);
   if (!by_rack || now - qp.reo_grown_at < qp.srtt) return;  // one step per round trip
-  qp.reo_mult = static_cast<uint8_t>(std::min<uint32_t>(qp.reo_mult + 1, cfg.reorder_window_growth));
+  const auto most = static_cast<uint32_t>(std::lround(cfg.reorder_window_growth * kReoStepsPerBase));
+  qp.reo_steps = static_cast<uint16_t>(std::min<uint32_t>(qp.reo_steps + 1u, most));
   qp.reo_grown_at = now;
 }
 
@@ -578,7 +581,7 @@ void Engine::Impl::tail_probe_answered(Qp& qp, uint32_t reach, Nanos now) {
   const int32_t ev = qp.tail_probe_ev;
   qp.tail_probe_ev = -1;
   reorder_window(qp, now);  // a window quiet long enough falls back first
-  if (qp.reo_mult > 1) return;
+  if (qp.reo_steps > kReoStepsPerBase) return;
   for (uint32_t psn = qp.snd_una; in_flight_range(qp, psn) && psn_le(psn, reach); psn = psn_add(psn, 1)) {
     const TxPkt& t = qp.win[psn & qp.win_mask];
     if ((t.flags & kPktInFlight) && t.ev == ev && t.sent_at < qp.tail_probe_sent_at)
