@@ -1237,27 +1237,40 @@ TEST_CASE("the fabric routes frames the same with or without the senders' route 
   CHECK(std::count(tagged.delivered.begin(), tagged.delivered.end(), 0u) == 0);
 }
 
+// Two planes, every EV kept in service and a fixed window, so that only the
+// planes' loads steer: 16 writes of 64 KB posted, the first window sent
+// evenly, then plane 1 falls 15 us behind.
+struct LatePlane {
+  static constexpr uint32_t kSize = 64 * 1024, kMessages = 16;
+  sim::TestNet::Config cfg = basic(Transport::mrc, 2);
+  QpAttr attr;
+  std::unique_ptr<Pair> pair;
+  LatePlane() {
+    cfg.engine_template.plane_silent_losses = 0;  // the plane's own load, not the verdict
+    cfg.engine_template.reorder_window = 1000;    // late packets declared lost, the window kept
+    cfg.engine_template.reorder_window_growth = 1;
+    attr.cc.algo = CcAlgo::none;
+    attr.cc.fixed_window_bytes = 256 * 1024;
+    attr.ev.ev_min_active = 32;
+    pair = std::make_unique<Pair>(cfg, attr);
+    Pair& p = *pair;
+    for (uint32_t i = 0; i < kMessages; ++i)
+      REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, p.write(i, kSize, i * kSize)) == 0);
+    p.net.poll(0);
+    sim::LinkParams slow = cfg.link;
+    slow.delay_ns = 15'000;
+    p.net.uplink(0, 1).set_params(slow);
+  }
+};
+
 // A plane whose queues fall behind: its late packets are declared lost, yet
 // they still sit in its queues. Counted out of its load at once, the late
 // plane looked as loaded as the prompt one and drew half the packets (128 of
 // 256 here, 59 declared lost; now 116, 42 declared lost).
 TEST_CASE("packets declared lost still count against their plane's load until acknowledged") {
-  auto cfg = basic(Transport::mrc, 2);
-  cfg.engine_template.plane_silent_losses = 0;  // the plane's own load, not the verdict
-  cfg.engine_template.reorder_window = 1000;    // late packets declared lost, the window kept
-  cfg.engine_template.reorder_window_growth = 1;
-  QpAttr a;
-  a.cc.algo = CcAlgo::none;
-  a.cc.fixed_window_bytes = 256 * 1024;
-  a.ev.ev_min_active = 32;  // every EV stays in service: only the plane's load steers
-  Pair p(cfg, a);
-  constexpr uint32_t kSize = 64 * 1024, kMessages = 16;
-  for (uint32_t i = 0; i < kMessages; ++i)
-    REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, p.write(i, kSize, i * kSize)) == 0);
-  p.net.poll(0);  // the first window leaves evenly; then plane 1 falls behind
-  sim::LinkParams slow = cfg.link;
-  slow.delay_ns = 15'000;
-  p.net.uplink(0, 1).set_params(slow);
+  LatePlane lp;
+  Pair& p = *lp.pair;
+  constexpr uint32_t kSize = LatePlane::kSize, kMessages = LatePlane::kMessages;
   p.net.run_until_idle(1'000'000'000);
   REQUIRE(p.net.completions(0).size() == kMessages);
   CHECK(std::memcmp(p.src.data(), p.dst.data(), kMessages * kSize) == 0);
@@ -1274,22 +1287,11 @@ TEST_CASE("packets declared lost still count against their plane's load until ac
 // plane, then reset and reconnected, spreads over both planes again: no stale
 // charge is released against (or left in) the new QP's plane loads.
 TEST_CASE("plane charges do not survive ERROR, reset and reconnection") {
-  auto cfg = basic(Transport::mrc, 2);
-  cfg.engine_template.plane_silent_losses = 0;
-  cfg.engine_template.reorder_window = 1000;
-  cfg.engine_template.reorder_window_growth = 1;
-  QpAttr a;
-  a.cc.algo = CcAlgo::none;
-  a.cc.fixed_window_bytes = 256 * 1024;
-  a.ev.ev_min_active = 32;
-  Pair p(cfg, a);
-  constexpr uint32_t kSize = 64 * 1024, kMessages = 16;
-  for (uint32_t i = 0; i < kMessages; ++i)
-    REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, p.write(i, kSize, i * kSize)) == 0);
-  p.net.poll(0);
-  sim::LinkParams slow = cfg.link;
-  slow.delay_ns = 15'000;
-  p.net.uplink(0, 1).set_params(slow);
+  LatePlane lp;
+  Pair& p = *lp.pair;
+  const auto& cfg = lp.cfg;
+  const QpAttr& a = lp.attr;
+  constexpr uint32_t kSize = LatePlane::kSize, kMessages = LatePlane::kMessages;
   // Run until packets have been declared lost and are still unacknowledged.
   while (p.info(0).ctr[QpCtr::rtx_sack] < 5) REQUIRE(p.net.run_until(p.net.now() + 500));
   REQUIRE(p.info(0).snd_una != p.info(0).snd_nxt);
@@ -1330,22 +1332,10 @@ TEST_CASE("plane charges do not survive ERROR, reset and reconnection") {
 // Once everything is acknowledged no charge is left: with the late
 // plane prompt again, the next flight splits evenly.
 TEST_CASE("no plane charge outlives its packet") {
-  auto cfg = basic(Transport::mrc, 2);
-  cfg.engine_template.plane_silent_losses = 0;
-  cfg.engine_template.reorder_window = 1000;
-  cfg.engine_template.reorder_window_growth = 1;
-  QpAttr a;
-  a.cc.algo = CcAlgo::none;
-  a.cc.fixed_window_bytes = 256 * 1024;
-  a.ev.ev_min_active = 32;
-  Pair p(cfg, a);
-  constexpr uint32_t kSize = 64 * 1024, kMessages = 16;
-  for (uint32_t i = 0; i < kMessages; ++i)
-    REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, p.write(i, kSize, i * kSize)) == 0);
-  p.net.poll(0);
-  sim::LinkParams slow = cfg.link;
-  slow.delay_ns = 15'000;
-  p.net.uplink(0, 1).set_params(slow);
+  LatePlane lp;
+  Pair& p = *lp.pair;
+  const auto& cfg = lp.cfg;
+  constexpr uint32_t kSize = LatePlane::kSize, kMessages = LatePlane::kMessages;
   p.net.run_until_idle(p.net.now() + 1'000'000'000);
   REQUIRE(p.net.completions(0).size() == kMessages);
   const QpInfo qi = p.info(0);
