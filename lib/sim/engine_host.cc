@@ -65,12 +65,32 @@ std::vector<uint8_t> travelling_copy(std::span<const uint8_t> frame) {
   return c;
 }
 
-uint32_t uplink_room(const Link& up, uint32_t stage) {
+uint32_t uplink_room_at(const Link& up, uint32_t stage, Nanos t) {
   const uint64_t limit = tx_limit(up, stage);
-  const uint64_t queued = up.queued_bytes();
+  const uint64_t queued = up.queued_bytes_at(t);
   if (queued == 0) return static_cast<uint32_t>(std::max<uint64_t>(1, limit / kRoomFrameBytes));
   return queued < limit ? static_cast<uint32_t>((limit - queued) / kRoomFrameBytes) : 0;
 }
+
+// What a host keeps of one uplink between its sends, so that the engine's
+// room checks (a dozen per frame sent while the ports are full) compare a
+// time instead of redoing the queue's arithmetic on a link out of cache.
+struct UplinkRoom {
+  uint32_t revision = ~0u;  // the link's, when worked out
+  Nanos room_from = 0;      // uplink_room_at() is nonzero from then on
+  Nanos wake_at = 0;        // when a host blocked on it polls again
+
+  void refresh(const Link& up, uint32_t stage, Nanos now) {
+    revision = up.revision();
+    wake_at = up.time_queued_at_most(room_threshold(up, stage));
+    // The wake-up is when a frame surely fits; room may open a nanosecond
+    // or so sooner, as the queue is counted to the nearest byte.
+    Nanos t = std::max(now, wake_at);
+    while (t > now && uplink_room_at(up, stage, t - 1)) --t;
+    while (!uplink_room_at(up, stage, t)) ++t;
+    room_from = t;
+  }
+};
 
 }  // namespace
 
@@ -82,12 +102,22 @@ class EngineHosts::Host final : public engine::Env {
         index_(index),
         uplinks_(std::move(uplinks)),
         computes_icrc_(computes_icrc),
-        pending_(uplinks_.size()) {
+        pending_(uplinks_.size()),
+        room_(uplinks_.size()) {
     for (auto& f : pending_) f = FramePool::take(kFrameBufferBytes);
   }
 
   uint32_t tx_room(uint32_t plane) override {
-    return plane < uplinks_.size() ? uplink_room(*uplinks_[plane], hosts_.tx_stage_bytes_) : 0;
+    if (plane >= uplinks_.size()) return 0;
+    const Nanos now = hosts_.now();
+    if (now < room(plane).room_from) return 0;
+    return uplink_room_at(*uplinks_[plane], hosts_.tx_stage_bytes_, now);
+  }
+
+  const UplinkRoom& room(uint32_t plane) {
+    UplinkRoom& r = room_[plane];
+    if (r.revision != uplinks_[plane]->revision()) r.refresh(*uplinks_[plane], hosts_.tx_stage_bytes_, hosts_.now());
+    return r;
   }
 
   // The engine writes each frame straight into the buffer that travels (or
@@ -152,6 +182,7 @@ class EngineHosts::Host final : public engine::Env {
   const std::vector<Link*> uplinks_;           // [plane]
   const bool computes_icrc_;
   std::vector<std::vector<uint8_t>> pending_;  // [plane] the buffer tx_buffer hands out next
+  std::vector<UplinkRoom> room_;               // [plane]
   std::unique_ptr<engine::Engine> engine_;
   // At most one pending poll; an earlier need cancels and replaces it.
   EventId poll_event_;
@@ -232,9 +263,8 @@ void EngineHosts::rearm(Host& host) {
   // covers it.
   if (e.wants_tx()) {
     for (uint32_t full = e.tx_full_planes(); full; full &= full - 1) {
-      const Link* up = host.uplinks_[std::countr_zero(full)];
-      if (uplink_room(*up, tx_stage_bytes_) == 0)
-        t = std::min(t, up->time_queued_at_most(room_threshold(*up, tx_stage_bytes_)));
+      const UplinkRoom& r = host.room(std::countr_zero(full));
+      if (now() < r.room_from) t = std::min(t, r.wake_at);
     }
   }
   if (t == kNever) return;

@@ -45,6 +45,7 @@ uint64_t Link::wire_ps(uint64_t bytes) const {
 }
 
 void Link::set_up(bool up) {
+  ++revision_;
   if (params_.up && !up) {
     ++epoch_;
     busy_until_ps_ = 0;
@@ -59,13 +60,14 @@ void Link::set_blackhole(bool on) {
 
 void Link::set_params(const LinkParams& params) {
   const bool was_up = params_.up;
+  ++revision_;
   params_ = params;
   params_.up = was_up;  // so set_up() sees the transition
   set_up(params.up);
 }
 
-uint64_t Link::queued_bytes() const {
-  const uint64_t now_ps = loop_.now() * kPsPerNs;
+uint64_t Link::queued_bytes_at(Nanos t) const {
+  const uint64_t now_ps = t * kPsPerNs;
   if (busy_until_ps_ <= now_ps || params_.rate_gbps <= 0) return 0;
   // + 0.5 and truncation round the positive value to nearest (std::llround is a libm call).
   return static_cast<uint64_t>(static_cast<double>(busy_until_ps_ - now_ps) * params_.rate_gbps / 8000.0 + 0.5);
@@ -84,6 +86,7 @@ Nanos Link::time_queued_at_most(uint64_t bytes) const {
 
 void Link::send(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
   uint32_t wire = std::max(wire_len, static_cast<uint32_t>(frame.size()));
+  ++revision_;
   ++ctr_.sent;
   ctr_.sent_bytes += wire;
   if (!params_.up) {

@@ -112,8 +112,13 @@ class Link {
   void set_params(const LinkParams& params);
 
   const LinkCounters& counters() const { return ctr_; }
-  // Bytes accepted and not yet serialized (to the nearest byte).
-  uint64_t queued_bytes() const;
+  // Bytes accepted and not yet serialized (to the nearest byte), now or at
+  // a later time `t` given no new sends.
+  uint64_t queued_bytes() const { return queued_bytes_at(loop_.now()); }
+  uint64_t queued_bytes_at(Nanos t) const;
+  // Changes whenever what queued_bytes_at() answers may have: a send, a new
+  // rate, going down. Lets a sender keep what it worked out from them.
+  uint32_t revision() const { return revision_; }
   // When the queue will be empty (now when it is).
   Nanos drain_time() const;
   // The earliest time at which queued_bytes() <= bytes, given no new sends.
@@ -146,6 +151,7 @@ class Link {
   Sink sink_;
   Tap tap_;
   uint32_t epoch_ = 0;  // bumped on going down or black-holed: deliveries of older epochs are lost
+  uint32_t revision_ = 0;
   bool blackhole_ = false;
   LinkCounters ctr_;
 };

@@ -286,6 +286,32 @@ TEST_CASE("Link serializes at line rate, then adds the delay") {
   }
 }
 
+TEST_CASE("Link's revision moves with everything that changes its queue's future") {
+  // A sending host keeps when its uplink has room again, keyed by this.
+  Bench b(clean(), 1);
+  const auto f = make_frame(0);
+  uint32_t rev = b.link.revision();
+  auto moved = [&] {
+    const bool m = b.link.revision() != rev;
+    rev = b.link.revision();
+    return m;
+  };
+  b.link.send(f);
+  CHECK(moved());
+  CHECK(b.link.queued_bytes_at(50) == kFrameBytes / 2);  // later times, as seen now
+  b.loop.run_until(10);
+  CHECK_FALSE(moved());  // time alone: queued_bytes_at() answers the same
+  LinkParams slower = clean();
+  slower.rate_gbps /= 2;
+  b.link.set_params(slower);
+  CHECK(moved());
+  b.link.set_up(false);
+  CHECK(moved());
+  CHECK(b.link.queued_bytes_at(10) == 0);
+  b.link.set_up(true);
+  CHECK(moved());
+}
+
 TEST_CASE("A frame shorter than its wire length takes the wire length's time, room and counts") {
   Bench b(clean(3 * kFrameBytes), 1);
   const auto head = make_frame(0, 8);
