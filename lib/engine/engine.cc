@@ -311,6 +311,7 @@ void Engine::Impl::activate(Qp& qp) {
   active_qps.push_back(qp.qpn);
   // Stale, so a QP activated inside poll() is serviced there.
   active_sched.push_back(QpSchedule{});
+  sched_summary.valid = false;
 }
 
 void Engine::Impl::remove_active(Qp& qp) {
@@ -320,6 +321,7 @@ void Engine::Impl::remove_active(Qp& qp) {
   qp.on_active_list = false;
   active_qps.erase(active_qps.begin() + i);
   active_sched.erase(active_sched.begin() + i);
+  sched_summary.valid = false;
   for (uint32_t k = i; k < active_qps.size(); ++k) qps[active_qps[k] - first_qpn].active_pos = k;
 }
 
@@ -515,8 +517,13 @@ void Engine::poll(Nanos now) {
   }
   I.transmit_round_robin(now);
   I.refresh_stale_schedules();
+  Impl::ScheduleSummary sum{.valid = true, .at = now};
   for (size_t i = 0; i < I.active_qps.size();) {
-    if (!I.active_sched[i].idle) {
+    const Impl::QpSchedule& s = I.active_sched[i];
+    if (!s.idle) {
+      sum.deadline = std::min(sum.deadline, s.due);
+      if (s.pace > now) sum.deadline = std::min(sum.deadline, s.pace);
+      sum.wants_tx |= s.wants_tx;
       ++i;
       continue;
     }
@@ -527,6 +534,7 @@ void Engine::poll(Nanos now) {
     I.active_sched.pop_back();
     if (i < I.active_qps.size()) I.qps[I.active_qps[i] - I.first_qpn].active_pos = static_cast<uint32_t>(i);
   }
+  I.sched_summary = sum;
 }
 
 bool Engine::Impl::qp_idle(const Qp& qp) const {
@@ -557,6 +565,7 @@ bool Engine::Impl::qp_wants_tx(const Qp& qp) const {
 
 Nanos Engine::next_deadline() const {
   auto& I = *impl_;
+  if (I.sched_summary.valid && I.sched_summary.at == I.last_now) return I.sched_summary.deadline;
   Nanos t = kNever;
   for (size_t i = 0; i < I.active_qps.size(); ++i) {
     const Impl::QpSchedule s = I.schedule_at(i);
@@ -569,6 +578,7 @@ Nanos Engine::next_deadline() const {
 
 bool Engine::wants_tx() const {
   auto& I = *impl_;
+  if (I.sched_summary.valid) return I.sched_summary.wants_tx;
   for (size_t i = 0; i < I.active_qps.size(); ++i)
     if (I.schedule_at(i).wants_tx) return true;
   return false;
@@ -722,7 +732,18 @@ bool Engine::schedule_consistent() const {
         s.pace != (wants ? qp.cc->next_send_time() : kNever) || s.idle != I.qp_idle(qp))
       return false;
   }
-  return true;
+  // A summary still valid must be what the entries, all fresh, add up to.
+  const Impl::ScheduleSummary& sum = I.sched_summary;
+  if (!sum.valid) return true;
+  Nanos deadline = kNever;
+  bool wants_tx = false;
+  for (const Impl::QpSchedule& s : I.active_sched) {
+    if (s.stale) return false;
+    deadline = std::min(deadline, s.due);
+    if (s.pace > sum.at) deadline = std::min(deadline, s.pace);
+    wants_tx |= s.wants_tx;
+  }
+  return deadline == sum.deadline && wants_tx == sum.wants_tx;
 }
 
 std::vector<uint32_t> Engine::qpns() const {

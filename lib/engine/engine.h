@@ -245,8 +245,8 @@ class Engine {
   // Bytes of engine state per QP with the given attributes (for sizing).
   static size_t qp_state_bytes(const QpCaps& caps, const QpAttr& attr);
   // Whether what the scheduler keeps of each active QP (timers, wish to
-  // send, pace), where not marked for refreshing, matches the QP itself;
-  // for tests, after any call.
+  // send, pace), where not marked for refreshing, matches the QP itself,
+  // and what poll() summed up of it still holds; for tests, after any call.
   bool schedule_consistent() const;
 
  private:

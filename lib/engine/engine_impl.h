@@ -270,6 +270,15 @@ struct Engine::Impl {
     bool stale = true;  // the fields above may be out of date
   };
   std::vector<QpSchedule> active_sched;
+  // next_deadline() and wants_tx() over all of active_sched, as poll() left
+  // it: a host is asked both after every call (a pass over the QPs each).
+  // Valid until an entry is marked stale or the list changes.
+  struct ScheduleSummary {
+    bool valid = false;
+    Nanos at = 0;  // last_now it was worked out for: pacing counts only ahead of it
+    Nanos deadline = kNever;
+    bool wants_tx = false;
+  } sched_summary;
   // Marks what a call into the engine worked on stale, on every return
   // path: the QP, or all of them (qp == nullptr).
   class ScheduleRefresh {
@@ -335,9 +344,11 @@ struct Engine::Impl {
   bool qp_idle(const Qp& qp) const;
   void mark_stale(Qp& qp) {
     if (qp.on_active_list) active_sched[qp.active_pos].stale = true;
+    sched_summary.valid = false;
   }
   void mark_all_stale() {
     for (QpSchedule& s : active_sched) s.stale = true;
+    sched_summary.valid = false;
   }
   // The schedule of active_qps[i] as it is now: its entry, or computed
   // afresh when stale.
