@@ -350,7 +350,7 @@ bool Engine::Impl::is_local_ip(const IpAddr& ip, uint32_t plane) const { return 
 void Engine::on_rx(uint32_t plane, std::span<const uint8_t> frame, Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
-  I.full_planes = 0;
+  const Impl::RoomCall room_call(I);
   I.ctr.inc(DevCtr::rx_frames);
   if (plane >= I.cfg.num_planes) return I.ctr.inc(DevCtr::rx_drop_bad_plane);
   Packet p;
@@ -492,8 +492,12 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
     // A QP that does not want to send would send nothing and change nothing.
     uint32_t sent = 0;
     if (active_sched[at].wants_tx || active_sched[at].stale) {
-      sent = transmit(qps[tx_turn_qpn - first_qpn], now, want);
-      active_sched[at].stale = true;
+      Qp& qp = qps[tx_turn_qpn - first_qpn];
+      const uint32_t rtx_head = qp.rtx_head;
+      sent = transmit(qp, now, want);
+      // Nothing sent and no resend skipped: its timers and wishes are as
+      // they were (a host with full ports tries on every poll).
+      if (sent || qp.rtx_head != rtx_head) active_sched[at].stale = true;
     }
     tx_turn_sent += sent;
     if (sent < want && ((full_planes | planes_down_mask) & all) == all) break;  // ports full: the turn goes on
@@ -507,7 +511,7 @@ void Engine::Impl::transmit_round_robin(Nanos now) {
 void Engine::poll(Nanos now) {
   auto& I = *impl_;
   I.last_now = now;
-  I.full_planes = 0;
+  const Impl::RoomCall room_call(I);
   // Index loop: servicing may activate QPs (appended, stale). A stale QP is
   // serviced: that does nothing unless a timer is due.
   for (size_t i = 0; i < I.active_qps.size(); ++i) {

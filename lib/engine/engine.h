@@ -29,6 +29,11 @@ class Env {
   // Frames of up to one MTU the plane can take right now without dropping;
   // 0 when full.
   virtual uint32_t tx_room(uint32_t plane) = 0;
+  // Bit p: plane p has no room now (tx_room(p) would be 0). Asked once per
+  // call into the engine, so that a host whose ports are full is not asked
+  // plane by plane on every poll; 0, the default, leaves every plane to
+  // tx_room().
+  virtual uint32_t planes_without_room() { return 0; }
   // A buffer for one frame of at most `len` bytes on `plane`, valid until
   // tx_send() for that plane; empty when none is available.
   virtual std::span<uint8_t> tx_buffer(uint32_t plane, uint32_t len) = 0;

@@ -303,9 +303,36 @@ struct Engine::Impl {
   // within a call (a NIC may flush a full staging); if it does, the plane
   // just waits for the next call.
   uint32_t full_planes = 0;
+  // What the Env said was full when the call began (planes_without_room()):
+  // answers has_room() without asking, still counted in full_planes only
+  // once asked, as full_planes is what tx_full_planes() reports.
+  uint32_t known_full = 0;
+  bool known_full_asked = true;  // outside poll() and on_rx(): never asked
+  // poll() and on_rx(): full_planes starts empty, and planes_without_room()
+  // may be asked once, on the first has_room().
+  class RoomCall {
+   public:
+    explicit RoomCall(Impl& impl) : impl_(impl) {
+      impl_.full_planes = 0;
+      impl_.known_full_asked = false;
+    }
+    RoomCall(const RoomCall&) = delete;
+    RoomCall& operator=(const RoomCall&) = delete;
+    ~RoomCall() {
+      impl_.known_full = 0;
+      impl_.known_full_asked = true;
+    }
+
+   private:
+    Impl& impl_;
+  };
   bool has_room(uint32_t plane) {
     if ((full_planes >> plane) & 1) return false;
-    if (env.tx_room(plane)) return true;
+    if (!known_full_asked) {
+      known_full = env.planes_without_room();
+      known_full_asked = true;
+    }
+    if (!((known_full >> plane) & 1) && env.tx_room(plane)) return true;
     full_planes |= 1u << plane;
     return false;
   }

@@ -83,6 +83,10 @@ struct UplinkRoom {
   void refresh(const Link& up, uint32_t stage, Nanos now) {
     revision = up.revision();
     wake_at = up.time_queued_at_most(room_threshold(up, stage));
+    if (uplink_room_at(up, stage, now)) {  // also a link without a rate, whose queue counts as empty
+      room_from = now;
+      return;
+    }
     // The wake-up is when a frame surely fits; room may open a nanosecond
     // or so sooner, as the queue is counted to the nearest byte.
     Nanos t = std::max(now, wake_at);
@@ -113,6 +117,16 @@ class EngineHosts::Host final : public engine::Env {
     if (now < room(plane).room_from) return 0;
     return uplink_room_at(*uplinks_[plane], hosts_.tx_stage_bytes_, now);
   }
+
+  uint32_t planes_without_room() override {
+    const Nanos now = hosts_.now();
+    uint32_t full = 0;
+    for (uint32_t p = 0; p < uplinks_.size(); ++p)
+      if (now < room(p).room_from) full |= 1u << p;
+    return full;
+  }
+
+  void forget_room() { std::fill(room_.begin(), room_.end(), UplinkRoom{}); }
 
   const UplinkRoom& room(uint32_t plane) {
     UplinkRoom& r = room_[plane];
@@ -204,6 +218,11 @@ void EngineHosts::add(const engine::EngineConfig& tmpl, uint64_t net_seed,
   ec.seed = derive_seed(derive_seed(derive_seed(net_seed, kEngineSeedTag), tmpl.seed), h);
   host->engine_ = std::make_unique<engine::Engine>(ec, *host);
   hosts_.push_back(std::move(host));
+}
+
+void EngineHosts::set_tx_stage_bytes(uint32_t bytes) {
+  tx_stage_bytes_ = bytes;
+  for (auto& host : hosts_) host->forget_room();
 }
 
 engine::Engine& EngineHosts::engine(uint32_t h) { return *hosts_.at(h)->engine_; }

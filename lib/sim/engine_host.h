@@ -72,7 +72,7 @@ class EngineHosts {
   // stages a few frames per port and keeps the rest in its send queues,
   // where the QP scheduler and EV choice still have a say; a deep host
   // queue adds its delay to every RTT and to the ACKs queued behind it.
-  void set_tx_stage_bytes(uint32_t bytes) { tx_stage_bytes_ = bytes; }
+  void set_tx_stage_bytes(uint32_t bytes);
   void set_completion_hook(CompletionHook hook) { hook_ = std::move(hook); }
 
   // What a responder's engine places: the source the token names (src), or

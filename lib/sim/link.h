@@ -146,12 +146,12 @@ class Link {
   // Times are kept in picoseconds so back-to-back frames do not accumulate
   // rounding; events fire at the next whole nanosecond.
   uint64_t busy_until_ps_ = 0;  // when the last bit queued leaves
+  uint32_t revision_ = 0;       // beside it: a sender reads both
   LinkParams params_;
   uint64_t rng_state_;
   Sink sink_;
   Tap tap_;
   uint32_t epoch_ = 0;  // bumped on going down or black-holed: deliveries of older epochs are lost
-  uint32_t revision_ = 0;
   bool blackhole_ = false;
   LinkCounters ctr_;
 };
