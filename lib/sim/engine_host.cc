@@ -76,12 +76,12 @@ uint32_t uplink_room_at(const Link& up, uint32_t stage, Nanos t) {
 // room checks (a dozen per frame sent while the ports are full) compare a
 // time instead of redoing the queue's arithmetic on a link out of cache.
 struct UplinkRoom {
-  uint32_t revision = ~0u;  // the link's, when worked out
-  Nanos room_from = 0;      // uplink_room_at() is nonzero from then on
-  Nanos wake_at = 0;        // when a host blocked on it polls again
+  uint32_t changes = ~0u;  // the host's count of its uplinks' changes, when worked out
+  Nanos room_from = 0;     // uplink_room_at() is nonzero from then on
+  Nanos wake_at = 0;       // when a host blocked on it polls again
 
-  void refresh(const Link& up, uint32_t stage, Nanos now) {
-    revision = up.revision();
+  void refresh(const Link& up, uint32_t stage, Nanos now, uint32_t changes_now) {
+    changes = changes_now;
     wake_at = up.time_queued_at_most(room_threshold(up, stage));
     if (uplink_room_at(up, stage, now)) {  // also a link without a rate, whose queue counts as empty
       room_from = now;
@@ -109,6 +109,7 @@ class EngineHosts::Host final : public engine::Env {
         pending_(uplinks_.size()),
         room_(uplinks_.size()) {
     for (auto& f : pending_) f = FramePool::take(kFrameBufferBytes);
+    for (Link* up : uplinks_) up->set_watcher(&uplink_changes_);
   }
 
   uint32_t tx_room(uint32_t plane) override {
@@ -126,12 +127,17 @@ class EngineHosts::Host final : public engine::Env {
     return full;
   }
 
-  void forget_room() { std::fill(room_.begin(), room_.end(), UplinkRoom{}); }
+  void forget_room() { ++uplink_changes_; }
 
+  // Valid without touching the link: the host sees its own sends (the only
+  // ones on its uplinks) and the links count every other change for it.
   const UplinkRoom& room(uint32_t plane) {
     UplinkRoom& r = room_[plane];
-    if (r.revision != uplinks_[plane]->revision()) r.refresh(*uplinks_[plane], hosts_.tx_stage_bytes_, hosts_.now());
+    if (r.changes != uplink_changes_) refresh_room(plane);
     return r;
+  }
+  void refresh_room(uint32_t plane) {
+    room_[plane].refresh(*uplinks_[plane], hosts_.tx_stage_bytes_, hosts_.now(), uplink_changes_);
   }
 
   // The engine writes each frame straight into the buffer that travels (or
@@ -150,13 +156,16 @@ class EngineHosts::Host final : public engine::Env {
     // With tokens and no ICRC nothing reads the payload's bytes past the
     // token, so they need not travel: a run's frames in flight then take a
     // few hundred bytes each instead of 4 KB.
-    if (hosts_.placement_check_ && !computes_icrc_) {
-      std::vector<uint8_t> c = travelling_copy({f.data(), len});
-      if (!c.empty()) return uplinks_[plane]->send(std::move(c), tag, len);  // f stays for the next frame
+    std::vector<uint8_t> c;
+    if (hosts_.placement_check_ && !computes_icrc_) c = travelling_copy({f.data(), len});
+    if (!c.empty()) {
+      uplinks_[plane]->send(std::move(c), tag, len);  // f stays for the next frame
+    } else {
+      f.resize(len);
+      uplinks_[plane]->send(std::move(f), tag);
+      f = FramePool::take(kFrameBufferBytes);
     }
-    f.resize(len);
-    uplinks_[plane]->send(std::move(f), tag);
-    f = FramePool::take(kFrameBufferBytes);
+    refresh_room(plane);  // while the link is in cache
   }
 
   void payload_to_frame(uint8_t* frame, const uint8_t* host, uint32_t len) override {
@@ -197,6 +206,7 @@ class EngineHosts::Host final : public engine::Env {
   const bool computes_icrc_;
   std::vector<std::vector<uint8_t>> pending_;  // [plane] the buffer tx_buffer hands out next
   std::vector<UplinkRoom> room_;               // [plane]
+  uint32_t uplink_changes_ = 0;                // bumped by the uplinks: Link::set_watcher()
   std::unique_ptr<engine::Engine> engine_;
   // At most one pending poll; an earlier need cancels and replaces it.
   EventId poll_event_;

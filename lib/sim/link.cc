@@ -45,7 +45,7 @@ uint64_t Link::wire_ps(uint64_t bytes) const {
 }
 
 void Link::set_up(bool up) {
-  ++revision_;
+  if (watcher_) ++*watcher_;
   if (params_.up && !up) {
     ++epoch_;
     busy_until_ps_ = 0;
@@ -60,7 +60,7 @@ void Link::set_blackhole(bool on) {
 
 void Link::set_params(const LinkParams& params) {
   const bool was_up = params_.up;
-  ++revision_;
+  if (watcher_) ++*watcher_;
   params_ = params;
   params_.up = was_up;  // so set_up() sees the transition
   set_up(params.up);
@@ -86,7 +86,6 @@ Nanos Link::time_queued_at_most(uint64_t bytes) const {
 
 void Link::send(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
   uint32_t wire = std::max(wire_len, static_cast<uint32_t>(frame.size()));
-  ++revision_;
   ++ctr_.sent;
   ctr_.sent_bytes += wire;
   if (!params_.up) {

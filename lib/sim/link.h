@@ -116,9 +116,10 @@ class Link {
   // a later time `t` given no new sends.
   uint64_t queued_bytes() const { return queued_bytes_at(loop_.now()); }
   uint64_t queued_bytes_at(Nanos t) const;
-  // Changes whenever what queued_bytes_at() answers may have: a send, a new
-  // rate, going down. Lets a sender keep what it worked out from them.
-  uint32_t revision() const { return revision_; }
+  // Bumped on every change to what queued_bytes_at() answers other than a
+  // send: a new rate or queue, going down or up. The one sender on a host's
+  // uplink keeps what it worked out from them, and sees its own sends.
+  void set_watcher(uint32_t* changes) { watcher_ = changes; }
   // When the queue will be empty (now when it is).
   Nanos drain_time() const;
   // The earliest time at which queued_bytes() <= bytes, given no new sends.
@@ -146,11 +147,11 @@ class Link {
   // Times are kept in picoseconds so back-to-back frames do not accumulate
   // rounding; events fire at the next whole nanosecond.
   uint64_t busy_until_ps_ = 0;  // when the last bit queued leaves
-  uint32_t revision_ = 0;       // beside it: a sender reads both
   LinkParams params_;
   uint64_t rng_state_;
   Sink sink_;
   Tap tap_;
+  uint32_t* watcher_ = nullptr;
   uint32_t epoch_ = 0;  // bumped on going down or black-holed: deliveries of older epochs are lost
   bool blackhole_ = false;
   LinkCounters ctr_;
