@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Two mrc-sim builds on the same run, at the same time, one on each CPU, the
+# CPUs swapped every round. This VM's speed swings by 2x from minute to
+# minute, so runs one after the other compare phases more than builds; runs
+# side by side share the phase (and the memory bus, which both then load).
+# Prints each round's wall times, then the means, and fails if the two
+# builds' outputs differ when --same is given.
+# usage: scripts/bench-sim-ab.sh --base BIN [--new BIN] [--rounds N] [--same] [-- mrc-sim args]
+#   default mrc-sim args: --config config/bench/permutation_128.conf
+# To build a base: git worktree add /tmp/base <rev> && (cd /tmp/base && meson setup build &&
+#   ninja -C build app/mrc-sim), then --base /tmp/base/build/app/mrc-sim.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base="" new=build/app/mrc-sim rounds=4 same=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --base) base=$2; shift 2 ;;
+    --new) new=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
+    --same) same=1; shift ;;
+    --) shift; break ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$base" ] || { echo "--base BIN is required" >&2; exit 2; }
+[ $# -gt 0 ] || set -- --config config/bench/permutation_128.conf
+[ "$(nproc)" -ge 2 ] || { echo "needs two CPUs" >&2; exit 2; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+wall() { grep -o 'wall [0-9.]* s' "$1" | awk '{print $2}'; }
+walls=""
+for i in $(seq "$rounds"); do
+  ca=$((i % 2)) cb=$(((i + 1) % 2))
+  taskset -c "$ca" "$base" "$@" >"$work/a.json" 2>"$work/a.err" &
+  pid=$!
+  taskset -c "$cb" "$new" "$@" >"$work/b.json" 2>"$work/b.err" || { cat "$work/b.err" >&2; exit 1; }
+  wait "$pid" || { cat "$work/a.err" >&2; exit 1; }
+  a=$(wall "$work/a.err") b=$(wall "$work/b.err")
+  echo "round $i: base ${a} s (cpu $ca)   new ${b} s (cpu $cb)"
+  walls="$walls $a $b"
+  if [ "$same" = 1 ] && ! cmp -s "$work/a.json" "$work/b.json"; then
+    echo "outputs differ" >&2
+    exit 1
+  fi
+done
+echo "$walls" | awk '{ for (i = 1; i <= NF; i += 2) { a += $i; b += $(i + 1) }
+  printf "mean: base %.2f s   new %.2f s   new/base %.3f\n", a / (NF / 2), b / (NF / 2), b / a }'
