@@ -115,11 +115,12 @@ class EngineHosts::Host final : public engine::Env {
   uint32_t tx_room(uint32_t plane) override {
     if (plane >= uplinks_.size()) return 0;
     const Nanos now = hosts_.now();
-    if (now < room(plane).room_from) return 0;
+    if (hosts_.room_cache_ && now < room(plane).room_from) return 0;
     return uplink_room_at(*uplinks_[plane], hosts_.tx_stage_bytes_, now);
   }
 
   uint32_t planes_without_room() override {
+    if (!hosts_.room_cache_) return 0;
     const Nanos now = hosts_.now();
     uint32_t full = 0;
     for (uint32_t p = 0; p < uplinks_.size(); ++p)
@@ -292,8 +293,13 @@ void EngineHosts::rearm(Host& host) {
   // covers it.
   if (e.wants_tx()) {
     for (uint32_t full = e.tx_full_planes(); full; full &= full - 1) {
-      const UplinkRoom& r = host.room(std::countr_zero(full));
-      if (now() < r.room_from) t = std::min(t, r.wake_at);
+      const uint32_t p = std::countr_zero(full);
+      if (room_cache_) {
+        const UplinkRoom& r = host.room(p);
+        if (now() < r.room_from) t = std::min(t, r.wake_at);
+      } else if (const Link& up = *host.uplinks_[p]; !uplink_room_at(up, tx_stage_bytes_, now())) {
+        t = std::min(t, up.time_queued_at_most(room_threshold(up, tx_stage_bytes_)));
+      }
     }
   }
   if (t == kNever) return;

@@ -100,6 +100,10 @@ class EngineHosts {
   // Tags each frame a host sends (Link::Sink), while its headers are in cache.
   using TxTagger = uint64_t (*)(std::span<const uint8_t> frame);
   void set_tx_tagger(TxTagger tagger) { tagger_ = tagger; }
+  // Hosts keep when each uplink has room again (the default). Off, they
+  // work it out from the link on every check, as a reference for tests:
+  // the runs must match.
+  void set_room_cache(bool on) { room_cache_ = on; }
 
   // A frame arrives at host h on plane p: on_rx, then a poll. A compact
   // frame (wire_len beyond its size) is first made whole again but for
@@ -131,6 +135,7 @@ class EngineHosts {
   CompletionHook hook_;
   PlacementCheck placement_check_;
   TxTagger tagger_ = nullptr;
+  bool room_cache_ = true;
   std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
   std::vector<uint8_t> rx_frame_;             // compact frames are made whole here
   // Completions waiting for the hook, which must not run inside the engine;

@@ -140,6 +140,7 @@ Fabric::Fabric(const Config& cfg)
 
   hosts_.set_tx_stage_bytes(cfg_.host_tx_stage_bytes);
   if (cfg_.route_tags) hosts_.set_tx_tagger(route_tag);
+  hosts_.set_room_cache(cfg_.room_cache);
   for (uint32_t h = 0; h < H; ++h) {
     std::vector<Link*> ups;
     for (uint32_t p = 0; p < P; ++p) ups.push_back(&uplink(h, p));

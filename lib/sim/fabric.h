@@ -39,6 +39,7 @@ class Fabric {
     // Hosts tag frames with their route (Link::Sink); without, every switch
     // reads each frame's headers. The same routes either way.
     bool route_tags = true;
+    bool room_cache = true;  // EngineHosts::set_room_cache
     uint64_t seed = 1;
     // num_planes, planes and seed are filled in per host.
     engine::EngineConfig engine_template;

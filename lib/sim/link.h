@@ -7,6 +7,7 @@
 // queue is one time, when it will be empty, and needs no list of frames.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -119,7 +120,11 @@ class Link {
   // Bumped on every change to what queued_bytes_at() answers other than a
   // send: a new rate or queue, going down or up. The one sender on a host's
   // uplink keeps what it worked out from them, and sees its own sends.
-  void set_watcher(uint32_t* changes) { watcher_ = changes; }
+  // One watcher per link (a host's uplink has one sender).
+  void set_watcher(uint32_t* changes) {
+    assert(!watcher_ || watcher_ == changes);
+    watcher_ = changes;
+  }
   // When the queue will be empty (now when it is).
   Nanos drain_time() const;
   // The earliest time at which queued_bytes() <= bytes, given no new sends.
