@@ -1175,6 +1175,54 @@ TEST_CASE("QPs of one host share its ports fairly when polls find room for one f
   CHECK(*last - *first <= *last / 20);
 }
 
+// Every host WRITEs `size` bytes to the host three along, one QP each: the
+// same transfers, run two ways by the tests below. finish() runs them to the
+// end and checks every byte.
+class ShiftedWrites {
+ public:
+  ShiftedWrites(sim::Fabric& fab, uint32_t hosts, uint32_t size)
+      : fab_(fab), src_(size), dst_(hosts, std::vector<uint8_t>(size)) {
+    for (size_t i = 0; i < src_.size(); ++i) src_[i] = static_cast<uint8_t>(i * 5 + 1);
+    fab.set_completion_hook([this](uint32_t, const Completion& c) { done_ += c.status == WcStatus::success; });
+    for (uint32_t h = 0; h < hosts; ++h) {
+      const uint32_t to = (h + 3) % hosts;
+      uint32_t lkey = 0, rkey = 0, unused = 0;
+      REQUIRE(fab.engine(h).reg_mr(2, src_.data(), 0x1000, src_.size(), kAccessLocalWrite, lkey, unused));
+      REQUIRE(fab.engine(to).reg_mr(1, dst_[to].data(), 0x900000, size, kAccessLocalWrite | kAccessRemoteWrite, unused,
+                                    rkey));
+      const auto pair = fab.connect_qp_pair(h, to, {}, 2, 1);
+      REQUIRE(pair);
+      SendWr w;
+      w.local_addr = 0x1000;
+      w.length = size;
+      w.lkey = lkey;
+      w.remote_addr = 0x900000;
+      w.rkey = rkey;
+      REQUIRE(fab.post_send(h, pair.qpn_a, w) == 0);
+    }
+  }
+
+  void finish() {
+    fab_.loop().run_until_idle(1'000'000'000);
+    REQUIRE(done_ == dst_.size());
+    for (const auto& d : dst_) CHECK(d == src_);
+  }
+
+  // Frames each link delivered: uplinks, downlinks, leaf-spine, spine-leaf.
+  static std::vector<uint64_t> deliveries(const sim::Fabric& fab) {
+    std::vector<uint64_t> out;
+    for (const auto* links : {&fab.uplinks(), &fab.downlinks(), &fab.leaf_to_spine_links(), &fab.spine_to_leaf_links()})
+      for (const auto& l : *links) out.push_back(l->counters().delivered);
+    return out;
+  }
+
+ private:
+  sim::Fabric& fab_;
+  std::vector<uint8_t> src_;
+  std::vector<std::vector<uint8_t>> dst_;
+  uint32_t done_ = 0;
+};
+
 // Hosts tag each frame with its route so switches need not read it again;
 // without tags every switch reads the frame. Both must route every frame
 // the same way: the runs match link by link.
@@ -1193,37 +1241,13 @@ TEST_CASE("the fabric routes frames the same with or without the senders' route 
     cfg.planes = 2;
     cfg.route_tags = tags;
     sim::Fabric fab(cfg);
-    constexpr uint32_t kSize = 128 * 1024;
-    std::vector<uint8_t> src(kSize);
-    std::vector<std::vector<uint8_t>> dst(cfg.hosts, std::vector<uint8_t>(kSize));
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 5 + 1);
-    uint32_t done = 0;
-    fab.set_completion_hook([&](uint32_t, const Completion& c) { done += c.status == WcStatus::success; });
-    for (uint32_t h = 0; h < cfg.hosts; ++h) {
-      const uint32_t to = (h + 3) % cfg.hosts;
-      uint32_t lkey = 0, rkey = 0, unused = 0;
-      REQUIRE(fab.engine(h).reg_mr(2, src.data(), 0x1000, src.size(), kAccessLocalWrite, lkey, unused));
-      REQUIRE(fab.engine(to).reg_mr(1, dst[to].data(), 0x900000, kSize, kAccessLocalWrite | kAccessRemoteWrite, unused,
-                                    rkey));
-      const auto pair = fab.connect_qp_pair(h, to, {}, 2, 1);
-      REQUIRE(pair);
-      SendWr w;
-      w.local_addr = 0x1000;
-      w.length = kSize;
-      w.lkey = lkey;
-      w.remote_addr = 0x900000;
-      w.rkey = rkey;
-      REQUIRE(fab.post_send(h, pair.qpn_a, w) == 0);
-    }
-    fab.loop().run_until_idle(1'000'000'000);
-    REQUIRE(done == cfg.hosts);
-    for (const auto& d : dst) CHECK(d == src);
+    ShiftedWrites writes(fab, cfg.hosts, 128 * 1024);
+    writes.finish();
     Run r;
     r.done = fab.now();
     r.unroutable = fab.stats().unroutable;
     r.read = fab.stats().routed_from_headers;
-    for (const auto* links : {&fab.uplinks(), &fab.downlinks(), &fab.leaf_to_spine_links(), &fab.spine_to_leaf_links()})
-      for (const auto& l : *links) r.delivered.push_back(l->counters().delivered);
+    r.delivered = ShiftedWrites::deliveries(fab);
     return r;
   };
   const Run tagged = run(true), read = run(false);
@@ -1257,28 +1281,7 @@ TEST_CASE("hosts that keep their uplinks' room run as hosts that work it out on 
     cfg.host_tx_stage_bytes = 16 * 1024;
     cfg.room_cache = cache;
     sim::Fabric fab(cfg);
-    constexpr uint32_t kSize = 256 * 1024;
-    std::vector<uint8_t> src(kSize);
-    std::vector<std::vector<uint8_t>> dst(cfg.hosts, std::vector<uint8_t>(kSize));
-    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
-    uint32_t done = 0;
-    fab.set_completion_hook([&](uint32_t, const Completion& c) { done += c.status == WcStatus::success; });
-    for (uint32_t h = 0; h < cfg.hosts; ++h) {
-      const uint32_t to = (h + 3) % cfg.hosts;
-      uint32_t lkey = 0, rkey = 0, unused = 0;
-      REQUIRE(fab.engine(h).reg_mr(2, src.data(), 0x1000, src.size(), kAccessLocalWrite, lkey, unused));
-      REQUIRE(fab.engine(to).reg_mr(1, dst[to].data(), 0x900000, kSize, kAccessLocalWrite | kAccessRemoteWrite, unused,
-                                    rkey));
-      const auto pair = fab.connect_qp_pair(h, to, {}, 2, 1);
-      REQUIRE(pair);
-      SendWr w;
-      w.local_addr = 0x1000;
-      w.length = kSize;
-      w.lkey = lkey;
-      w.remote_addr = 0x900000;
-      w.rkey = rkey;
-      REQUIRE(fab.post_send(h, pair.qpn_a, w) == 0);
-    }
+    ShiftedWrites writes(fab, cfg.hosts, 256 * 1024);
     // Host 1 is blocked on both ports when they slow to a crawl (the bytes
     // they hold now count for less: room opens at once); then one goes down
     // (its queue empties: room opens long before the crawl would give it)
@@ -1298,13 +1301,10 @@ TEST_CASE("hosts that keep their uplinks' room run as hosts that work it out on 
       fab.uplink(1, 1).set_params(normal);
       fab.uplink(1, 1).set_up(true);
     });
-    fab.loop().run_until_idle(1'000'000'000);
-    REQUIRE(done == cfg.hosts);
-    for (const auto& d : dst) CHECK(d == src);
+    writes.finish();
     Run r;
     r.done = fab.now();
-    for (const auto* links : {&fab.uplinks(), &fab.downlinks(), &fab.leaf_to_spine_links(), &fab.spine_to_leaf_links()})
-      for (const auto& l : *links) r.delivered.push_back(l->counters().delivered);
+    r.delivered = ShiftedWrites::deliveries(fab);
     for (const auto& l : fab.uplinks()) r.sends += l->counters().sent;
     return r;
   };
