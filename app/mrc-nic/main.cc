@@ -387,6 +387,6 @@ int run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const int rc = run(argc, argv);
-  rte_eal_cleanup();
+  dp::eal_cleanup();
   return rc;
 }

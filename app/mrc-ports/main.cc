@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
-    rte_eal_cleanup();
+    mrc::dp::eal_cleanup();
     return rc;
   }
 
@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
                                    static_cast<int>(rte_socket_id()));
     if (!pool) {
       fmt::print(stderr, "mrc-ports: cannot create the mbuf pool (try more memory with -m)\n");
-      rte_eal_cleanup();
+      mrc::dp::eal_cleanup();
       return 1;
     }
   }
@@ -80,6 +80,6 @@ int main(int argc, char** argv) {
   for (const auto& p : ports) port_ids.push_back(p.port_id);
   if (start) mrc::dp::stop_ports(port_ids);
   mrc::dp::close_ports(port_ids);
-  rte_eal_cleanup();
+  mrc::dp::eal_cleanup();
   return failures ? 2 : 0;
 }

@@ -156,6 +156,43 @@ void run_on_interrupt_thread(const std::function<void()>& f) {
   if (fd >= 0) close(fd);
 }
 
+namespace {
+
+struct Parking {
+  int fd = -1;
+  std::atomic<bool> parked{false};
+};
+
+void park_interrupt_thread(void* arg) {
+  auto* parking = static_cast<Parking*>(arg);
+  uint64_t wakeups;
+  if (read(parking->fd, &wakeups, sizeof wakeups) != sizeof wakeups) return;
+  parking->parked.store(true, std::memory_order_release);
+  for (;;) pause();  // until the process exits; a signal only comes back here
+}
+
+}  // namespace
+
+void eal_cleanup() {
+  if (!rte_thread_is_intr()) {
+    // Left registered and never freed: the parked thread holds them. Both
+    // are plain heap memory, which the cleanup does not unmap.
+    auto* parking = new Parking;
+    parking->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    rte_intr_handle* handle = parking->fd >= 0 ? rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE) : nullptr;
+    const uint64_t one = 1;
+    if (handle && rte_intr_fd_set(handle, parking->fd) == 0 && rte_intr_type_set(handle, RTE_INTR_HANDLE_EXT) == 0 &&
+        rte_intr_callback_register(handle, park_interrupt_thread, parking) == 0 &&
+        write(parking->fd, &one, sizeof one) == sizeof one) {
+      // A thread that never takes the call (none running) is not waited for.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (!parking->parked.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  rte_eal_cleanup();
+}
+
 void stop_ports(const std::vector<uint16_t>& ports) {
   run_on_interrupt_thread([&] {
     for (uint16_t p : ports) rte_eth_dev_stop(p);

@@ -128,6 +128,6 @@ int main(int argc, char** argv) {
              on_this_thread ? " (closed from the main thread)" : "", bad_frees);
   if (!text.empty()) fmt::print("EAL said:\n{}", text.substr(0, 2000));
   rte_mempool_free(pool);
-  rte_eal_cleanup();
+  mrc::dp::eal_cleanup();
   return failures || bad_frees ? 1 : 0;
 }
