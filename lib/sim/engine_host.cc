@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "sim/frame_pool.h"
 #include "wire/packet.h"
@@ -221,22 +223,34 @@ EngineHosts::~EngineHosts() = default;
 
 void EngineHosts::add(const engine::EngineConfig& tmpl, uint64_t net_seed,
                       const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks) {
-  const uint32_t h = size();
+  add_as(size(), tmpl, net_seed, addrs, std::move(uplinks));
+}
+
+void EngineHosts::add_as(uint32_t h, const engine::EngineConfig& tmpl, uint64_t net_seed,
+                         const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks) {
+  if (h >= hosts_.size()) hosts_.resize(size_t(h) + 1);
+  if (hosts_[h]) throw std::invalid_argument("EngineHosts: host " + std::to_string(h) + " added twice");
   auto host = std::make_unique<Host>(*this, h, std::move(uplinks), !tmpl.icrc_offload);
   engine::EngineConfig ec = tmpl;
   ec.num_planes = static_cast<uint32_t>(host->uplinks_.size());
   ec.planes = addrs;
   ec.seed = derive_seed(derive_seed(derive_seed(net_seed, kEngineSeedTag), tmpl.seed), h);
   host->engine_ = std::make_unique<engine::Engine>(ec, *host);
-  hosts_.push_back(std::move(host));
+  hosts_[h] = std::move(host);
+}
+
+EngineHosts::Host& EngineHosts::host(uint32_t h) {
+  if (h >= hosts_.size() || !hosts_[h]) throw std::out_of_range("EngineHosts: no host " + std::to_string(h) + " here");
+  return *hosts_[h];
 }
 
 void EngineHosts::set_tx_stage_bytes(uint32_t bytes) {
   tx_stage_bytes_ = bytes;
-  for (auto& host : hosts_) host->forget_room();
+  for (auto& host : hosts_)
+    if (host) host->forget_room();
 }
 
-engine::Engine& EngineHosts::engine(uint32_t h) { return *hosts_.at(h)->engine_; }
+engine::Engine& EngineHosts::engine(uint32_t h) { return *host(h).engine_; }
 
 std::span<const uint8_t> EngineHosts::expand(std::span<const uint8_t> compact, uint32_t wire_len) {
   wire::Packet pkt;
@@ -259,7 +273,7 @@ void EngineHosts::deliver(uint32_t h, uint32_t p, std::span<const uint8_t> frame
 }
 
 int EngineHosts::post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) {
-  Host& host = *hosts_.at(h);
+  Host& host = this->host(h);
   const int rc = host.engine_->post_send(qpn, wr);
   host.engine_->poll(now());
   after_engine_call(host);
@@ -267,7 +281,7 @@ int EngineHosts::post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) {
 }
 
 void EngineHosts::poll(uint32_t h) {
-  Host& host = *hosts_.at(h);
+  Host& host = this->host(h);
   host.engine_->poll(now());
   after_engine_call(host);
 }
@@ -317,11 +331,9 @@ void EngineHosts::rearm(Host& host) {
   });
 }
 
-QpPair EngineHosts::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,
-                                    uint32_t pd_b, const engine::QpCaps& caps) {
+QpPair connect_engines(engine::Engine& a, engine::Engine& b, const engine::QpAttr& base, uint32_t pd_a, uint32_t pd_b,
+                       const engine::QpCaps& caps, Nanos now) {
   QpPair r;
-  engine::Engine& a = engine(h_a);
-  engine::Engine& b = engine(h_b);
   r.qpn_a = a.create_qp(pd_a, caps);
   r.qpn_b = b.create_qp(pd_b, caps);
   if (!r.qpn_a || !r.qpn_b) return r;
@@ -336,13 +348,21 @@ QpPair EngineHosts::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::Qp
   attr_b.rq_psn = base.sq_psn;
 
   for (engine::QpState s : {engine::QpState::init, engine::QpState::rtr, engine::QpState::rts}) {
-    r.error = a.modify_qp(r.qpn_a, s, attr_a, now());
+    r.error = a.modify_qp(r.qpn_a, s, attr_a, now);
     if (r.error != engine::ModifyError::ok) return r;
-    r.error = b.modify_qp(r.qpn_b, s, attr_b, now());
+    r.error = b.modify_qp(r.qpn_b, s, attr_b, now);
     if (r.error != engine::ModifyError::ok) return r;
   }
-  poll(h_a);
-  poll(h_b);
+  return r;
+}
+
+QpPair EngineHosts::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,
+                                    uint32_t pd_b, const engine::QpCaps& caps) {
+  const QpPair r = connect_engines(engine(h_a), engine(h_b), base, pd_a, pd_b, caps, now());
+  if (r) {
+    poll(h_a);
+    poll(h_b);
+  }
   return r;
 }
 

@@ -41,6 +41,12 @@ struct QpPair {
   explicit operator bool() const { return qpn_a && qpn_b && error == engine::ModifyError::ok; }
 };
 
+// Creates a QP on each engine and moves both RESET -> INIT -> RTR -> RTS
+// with dest_qpn and the remote's plane addresses. A's sq_psn and rq_psn are
+// base's; B's are swapped to match. No memory is registered, nothing polled.
+QpPair connect_engines(engine::Engine& a, engine::Engine& b, const engine::QpAttr& base, uint32_t pd_a, uint32_t pd_b,
+                       const engine::QpCaps& caps, Nanos now);
+
 class EngineHosts {
  public:
   // Runs after the engine call that produced the completion has returned,
@@ -65,6 +71,11 @@ class EngineHosts {
   // and the host index.
   void add(const engine::EngineConfig& tmpl, uint64_t net_seed,
            const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks);
+  // As add(), for host h of a network whose other hosts are run by other
+  // EngineHosts (Fabric's partitions): h names it in every call and
+  // callback, and this one answers only for the hosts added to it.
+  void add_as(uint32_t h, const engine::EngineConfig& tmpl, uint64_t net_seed,
+              const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks);
   uint32_t size() const { return static_cast<uint32_t>(hosts_.size()); }
   engine::Engine& engine(uint32_t h);
 
@@ -115,14 +126,13 @@ class EngineHosts {
   // directly (modify_qp, set_ev_state, set_plane_up, ...).
   void poll(uint32_t h);
 
-  // Creates a QP on each host and moves both RESET -> INIT -> RTR -> RTS with
-  // dest_qpn and the remote's plane addresses. A's sq_psn and rq_psn are
-  // base's; B's are swapped to match. No memory is registered.
+  // connect_engines() on hosts h_a and h_b, then polls both.
   QpPair connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a, uint32_t pd_b,
                          const engine::QpCaps& caps);
 
  private:
   class Host;
+  Host& host(uint32_t h);
 
   Nanos now() const { return loop_.now(); }
   void after_engine_call(Host& host);
@@ -136,7 +146,7 @@ class EngineHosts {
   PlacementCheck placement_check_;
   TxTagger tagger_ = nullptr;
   bool room_cache_ = true;
-  std::vector<std::unique_ptr<Host>> hosts_;  // the engines hold references to them
+  std::vector<std::unique_ptr<Host>> hosts_;  // [host index]; the engines hold references to them
   std::vector<uint8_t> rx_frame_;             // compact frames are made whole here
   // Completions waiting for the hook, which must not run inside the engine;
   // shared by all hosts so that a hook's post_send keeps them in order.

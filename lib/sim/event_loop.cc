@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <utility>
 
 namespace mrc::sim {
@@ -176,6 +177,22 @@ bool EventLoop::run_next(Nanos limit) {
 }
 
 bool EventLoop::step() { return run_next(kNever); }
+
+void EventLoop::advance(Nanos t) {
+  assert(next_time() >= t);
+  if (t <= now_) return;
+  now_ = t;
+  pull_far();
+}
+
+void Mailbox::deliver_to(EventLoop& loop) {
+  for (auto& [t, fn] : items_) {
+    assert(t >= loop.now());
+    loop.at(t, std::move(fn));
+  }
+  items_.clear();
+  earliest_ = kNever;
+}
 
 bool EventLoop::run_until(Nanos t) {
   stop_ = false;

@@ -3,6 +3,7 @@
 // that schedule the same events in the same order execute identically.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -136,6 +137,9 @@ class EventLoop {
   bool step();
   // Makes the running run_until*() return after the current event.
   void stop() { stop_ = true; }
+  // Moves the clock to t without running anything; nothing may be due
+  // before t. Loops run side by side meet at a common time this way.
+  void advance(Nanos t);
 
   size_t pending() const { return live_; }
   Nanos next_time() const;
@@ -203,6 +207,23 @@ class EventLoop {
   uint32_t slot_count_ = 0;  // slots ever made
   std::vector<uint32_t> free_slots_;
   EventLoopStats stats_;
+};
+
+// Events for a loop that another thread runs: kept here by the thread that
+// posts them until the two meet, then scheduled there in the order posted.
+class Mailbox {
+ public:
+  void post(Nanos t, Callback fn) {
+    earliest_ = std::min(earliest_, t);
+    items_.emplace_back(t, std::move(fn));
+  }
+  Nanos earliest() const { return earliest_; }
+  // Every event must be due no sooner than the loop's clock.
+  void deliver_to(EventLoop& loop);
+
+ private:
+  std::vector<std::pair<Nanos, Callback>> items_;
+  Nanos earliest_ = kNever;
 };
 
 }  // namespace mrc::sim

@@ -1,10 +1,14 @@
 #include "sim/fabric.h"
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <cmath>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <utility>
 
 #include "sim/frame_pool.h"
 #include "wire/bytes.h"
@@ -86,16 +90,92 @@ bool route(const std::vector<uint8_t>& f, uint64_t& tag, uint64_t seed, Route& r
 
 }  // namespace
 
-Fabric::Fabric(const Config& cfg)
-    : cfg_(cfg),
-      hosts_(loop_, {.ev_event =
-                         [this](uint32_t, const EvEvent& e) {
-                           if (e.from == engine::EvState::good && e.to == engine::EvState::assumed_bad)
-                             ++stats_.ev_to_bad;
-                           if (e.from == engine::EvState::assumed_bad && e.to == engine::EvState::good)
-                             ++stats_.ev_to_good;
-                         },
-                     .qp_error = [this](uint32_t, const QpError&) { ++stats_.qp_errors; }}) {
+// One partition: its loop (the control loop when there is only one), the
+// hosts of its leaves, and the frames other partitions sent it.
+struct Fabric::Part {
+  Part(EventLoop* shared, uint32_t partitions)
+      : own(shared ? nullptr : std::make_unique<EventLoop>()), loop(shared ? shared : own.get()), inbox(partitions) {}
+  std::unique_ptr<EventLoop> own;
+  EventLoop* loop;
+  std::vector<Mailbox> inbox;  // [sending partition]
+  Stats stats;
+  std::unique_ptr<EngineHosts> hosts;
+};
+
+// Threads that run partitions side by side, window by window. The calling
+// thread is worker 0; worker i runs the partitions k with k % threads == i.
+// Waiting is spinning: windows are short and the threads are the machine's.
+class Fabric::Workers {
+ public:
+  Workers(Fabric& fabric, uint32_t threads) : fabric_(fabric), threads_(threads), errors_(threads) {
+    for (uint32_t i = 1; i < threads; ++i) pool_.emplace_back([this, i] { work(i); });
+  }
+  ~Workers() {
+    quit_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
+    for (auto& t : pool_) t.join();
+  }
+  Workers(const Workers&) = delete;
+  Workers& operator=(const Workers&) = delete;
+
+  void run(Nanos end) {
+    end_ = end;
+    busy_.store(threads_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    run_share(0);
+    spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; });
+    for (auto& e : errors_)
+      if (e) std::rethrow_exception(std::exchange(e, nullptr));
+  }
+
+ private:
+  template <class Done>
+  static void spin_until(Done done) {
+    for (uint32_t n = 0; !done(); ++n) {
+      if (n < 4096) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+  void run_share(uint32_t i) {
+    try {
+      for (size_t k = i; k < fabric_.parts_.size(); k += threads_) fabric_.run_part(*fabric_.parts_[k], end_);
+    } catch (...) {
+      errors_[i] = std::current_exception();
+    }
+  }
+  void work(uint32_t i) {
+    uint64_t seen = 0;
+    for (;;) {
+      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+      seen = generation_.load(std::memory_order_acquire);
+      if (quit_) return;
+      run_share(i);
+      busy_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+
+  Fabric& fabric_;
+  const uint32_t threads_;
+  std::vector<std::thread> pool_;
+  std::vector<std::exception_ptr> errors_;  // [worker]
+  Nanos end_ = 0;                           // written before a generation starts
+  bool quit_ = false;                       // likewise
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<uint32_t> busy_{0};
+};
+
+namespace {
+// The partition whose event this thread is running, for Fabric::now().
+thread_local const void* running_fabric = nullptr;
+thread_local const EventLoop* running_loop = nullptr;
+}  // namespace
+
+Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
   if (cfg_.hosts < 2 || cfg_.hosts > 65534) throw std::invalid_argument("Fabric: hosts must be 2..65534");
   if (cfg_.planes < 1 || cfg_.planes > engine::kMaxPlanes)
     throw std::invalid_argument("Fabric: planes must be 1.." + std::to_string(engine::kMaxPlanes));
@@ -106,51 +186,202 @@ Fabric::Fabric(const Config& cfg)
     const double os = cfg_.oversubscription > 0 ? cfg_.oversubscription : 1.0;
     spines_ = std::max<uint32_t>(1, static_cast<uint32_t>(std::floor(cfg_.hosts_per_leaf / os)));
   }
+  const uint32_t K = cfg_.partitions;
+  if (K < 1 || K > kMaxPartitions)
+    throw std::invalid_argument("Fabric: partitions must be 1.." + std::to_string(kMaxPartitions));
+  if (K > 1 && cfg_.fabric_link.delay_ns < 1)
+    throw std::invalid_argument("Fabric: partitions need a fabric link delay of at least 1 ns");
+  lookahead_ = cfg_.fabric_link.delay_ns;
+  for (uint32_t k = 0; k < K; ++k) {
+    parts_.push_back(std::make_unique<Part>(K == 1 ? &loop_ : nullptr, K));
+    Stats& st = parts_.back()->stats;
+    auto hosts = std::make_unique<EngineHosts>(
+        *parts_.back()->loop,
+        EngineHosts::Observers{.ev_event =
+                                   [&st](uint32_t, const EvEvent& e) {
+                                     if (e.from == engine::EvState::good && e.to == engine::EvState::assumed_bad)
+                                       ++st.ev_to_bad;
+                                     if (e.from == engine::EvState::assumed_bad && e.to == engine::EvState::good)
+                                       ++st.ev_to_good;
+                                   },
+                               .qp_error = [&st](uint32_t, const QpError&) { ++st.qp_errors; }});
+    hosts->set_tx_stage_bytes(cfg_.host_tx_stage_bytes);
+    if (cfg_.route_tags) hosts->set_tx_tagger(route_tag);
+    hosts->set_room_cache(cfg_.room_cache);
+    parts_.back()->hosts = std::move(hosts);
+  }
+  for (uint32_t l = 0; l < leaves_; ++l) leaf_part_.push_back(parts_[partition_of_leaf(l)].get());
+  for (uint32_t s = 0; s < spines_; ++s) spine_part_.push_back(parts_[partition_of_spine(s)].get());
 
   const uint32_t P = cfg_.planes, H = cfg_.hosts;
   for (uint32_t p = 0; p < P; ++p) {
     for (uint32_t h = 0; h < H; ++h) {
       const uint64_t s = derive_seed(derive_seed(cfg_.seed, h), p);
       const uint32_t l = leaf_of(h);
-      uplinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 0),
-                                                [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
-                                                  leaf_rx(p, l, std::move(f), tag, wire);
-                                                }));
-      downlinks_.push_back(std::make_unique<Link>(loop_, cfg_.host_link, derive_seed(s, 1),
-                                                  [this, h, p](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
-                                                    hosts_.deliver(h, p, f, wire);
-                                                    FramePool::give(std::move(f));
-                                                  }));
+      const uint32_t k = partition_of_leaf(l);
+      uplinks_.push_back(make_link(k, k, cfg_.host_link, derive_seed(s, 0),
+                                   [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
+                                     leaf_rx(p, l, std::move(f), tag, wire);
+                                   }));
+      EngineHosts* hosts = parts_[k]->hosts.get();
+      downlinks_.push_back(make_link(k, k, cfg_.host_link, derive_seed(s, 1),
+                                     [hosts, h, p](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+                                       hosts->deliver(h, p, f, wire);
+                                       FramePool::give(std::move(f));
+                                     }));
     }
     for (uint32_t l = 0; l < leaves_; ++l) {
       leaf_seed_.push_back(derive_seed(derive_seed(cfg_.seed, kSwitchSeedTag), p * 65536ull + l));
       for (uint32_t s = 0; s < spines_; ++s) {
         const uint64_t ls = derive_seed(derive_seed(cfg_.seed, 0x1000000ull + l * 4096ull + s), p);
-        to_spine_.push_back(std::make_unique<Link>(loop_, cfg_.fabric_link, derive_seed(ls, 2),
-                                                   [this, p, s](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
-                                                     spine_rx(p, s, std::move(f), tag, wire);
-                                                   }));
-        to_leaf_.push_back(std::make_unique<Link>(loop_, cfg_.fabric_link, derive_seed(ls, 3),
-                                                  [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
-                                                    leaf_rx(p, l, std::move(f), tag, wire);
-                                                  }));
+        const uint32_t kl = partition_of_leaf(l), ks = partition_of_spine(s);
+        to_spine_.push_back(make_link(kl, ks, cfg_.fabric_link, derive_seed(ls, 2),
+                                      [this, p, s](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
+                                        spine_rx(p, s, std::move(f), tag, wire);
+                                      }));
+        to_leaf_.push_back(make_link(ks, kl, cfg_.fabric_link, derive_seed(ls, 3),
+                                     [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
+                                       leaf_rx(p, l, std::move(f), tag, wire);
+                                     }));
       }
     }
   }
 
-  hosts_.set_tx_stage_bytes(cfg_.host_tx_stage_bytes);
-  if (cfg_.route_tags) hosts_.set_tx_tagger(route_tag);
-  hosts_.set_room_cache(cfg_.room_cache);
   for (uint32_t h = 0; h < H; ++h) {
     std::vector<Link*> ups;
     for (uint32_t p = 0; p < P; ++p) ups.push_back(&uplink(h, p));
-    hosts_.add(cfg_.engine_template, cfg_.seed, addrs(h), std::move(ups));
+    hosts_of(h).add_as(h, cfg_.engine_template, cfg_.seed, addrs(h), std::move(ups));
+  }
+  if (K > 1) {
+    const uint32_t cpus = std::max(1u, std::thread::hardware_concurrency());
+    const uint32_t threads = cfg_.threads ? std::min(cfg_.threads, K) : std::min(K, cpus);
+    workers_ = std::make_unique<Workers>(*this, threads);
   }
 }
 
 Fabric::~Fabric() = default;
 
-engine::Engine& Fabric::engine(uint32_t h) { return hosts_.engine(h); }
+std::unique_ptr<Link> Fabric::make_link(uint32_t from, uint32_t to, const LinkParams& params, uint64_t seed,
+                                        Link::Sink sink) {
+  auto link = std::make_unique<Link>(*parts_[from]->loop, params, seed, std::move(sink));
+  if (from != to) link->set_far_end(*parts_[to]->loop, parts_[to]->inbox[from]);
+  return link;
+}
+
+EngineHosts& Fabric::hosts_of(uint32_t h) {
+  if (h >= cfg_.hosts) throw std::out_of_range("Fabric: no host " + std::to_string(h));
+  return *leaf_part_[leaf_of(h)]->hosts;
+}
+
+engine::Engine& Fabric::engine(uint32_t h) { return hosts_of(h).engine(h); }
+
+Nanos Fabric::now() const { return running_fabric == this ? running_loop->now() : loop_.now(); }
+
+void Fabric::set_completion_hook(CompletionHook hook) {
+  for (auto& part : parts_) part->hosts->set_completion_hook(hook);
+}
+
+void Fabric::set_payload_tokens(EngineHosts::PlacementCheck check) {
+  for (auto& part : parts_) part->hosts->set_payload_tokens(check);
+}
+
+Fabric::Stats Fabric::stats() const {
+  Stats sum;
+  for (const auto& part : parts_) {
+    sum.unroutable += part->stats.unroutable;
+    sum.routed_from_headers += part->stats.routed_from_headers;
+    sum.ev_to_bad += part->stats.ev_to_bad;
+    sum.ev_to_good += part->stats.ev_to_good;
+    sum.qp_errors += part->stats.qp_errors;
+  }
+  return sum;
+}
+
+uint64_t Fabric::events_run() const {
+  uint64_t n = loop_.stats().run;
+  if (parts_.size() > 1)
+    for (const auto& part : parts_) n += part->loop->stats().run;
+  return n;
+}
+
+void Fabric::stop() {
+  stop_ = true;
+  loop_.stop();  // a control event's own run_until (with one partition, the run's)
+}
+
+bool Fabric::run_until(Nanos t) {
+  if (parts_.size() == 1) return loop_.run_until(t);
+  return run_partitioned(t, false);
+}
+
+bool Fabric::run_until_idle(Nanos limit) {
+  if (parts_.size() == 1) return loop_.run_until_idle(limit);
+  return run_partitioned(limit, true);
+}
+
+void Fabric::run_part(Part& part, Nanos end) {
+  running_fabric = this;
+  running_loop = part.loop;
+  struct Leave {
+    ~Leave() {
+      running_fabric = nullptr;
+      running_loop = nullptr;
+    }
+  } leave;
+  part.loop->run_until(end);
+}
+
+void Fabric::run_window(Nanos end) {
+  if (workers_) {
+    workers_->run(end);
+  } else {
+    for (auto& part : parts_) run_part(*part, end);
+  }
+}
+
+// Windows: every partition runs from the earliest event due anywhere to a
+// lookahead later (less a nanosecond), so that nothing one sends another
+// can be due inside the window. Then, with every thread stopped, the frames
+// that crossed join their loops, in the order of the partitions that sent
+// them, and control events due next run on this thread.
+bool Fabric::run_partitioned(Nanos limit, bool until_idle) {
+  stop_ = false;
+  auto deliver_mail = [&] {
+    for (auto& part : parts_)
+      for (Mailbox& m : part->inbox) m.deliver_to(*part->loop);
+  };
+  auto advance_all = [&](Nanos t) {
+    if (t == kNever) return;
+    for (auto& part : parts_) part->loop->advance(t);
+    loop_.advance(t);
+  };
+  for (;;) {
+    Nanos tp = kNever;
+    for (const auto& part : parts_) tp = std::min(tp, part->loop->next_time());
+    const Nanos tc = loop_.next_time();
+    if (tc != kNever && tc <= tp && tc <= limit) {
+      for (auto& part : parts_) part->loop->advance(tc);
+      loop_.run_until(tc);
+      deliver_mail();
+      if (stop_) return false;
+      continue;
+    }
+    if (tp == kNever && tc == kNever) {
+      if (!until_idle) advance_all(limit);
+      return true;
+    }
+    if (tp > limit) {
+      advance_all(limit);
+      return !until_idle;
+    }
+    Nanos end = std::min(tp + lookahead_ - 1, limit);
+    if (tc != kNever) end = std::min(end, tc - 1);
+    run_window(end);
+    loop_.advance(end);
+    deliver_mail();
+    if (stop_) return false;
+  }
+}
 
 engine::PlaneAddr Fabric::addr(uint32_t h, uint32_t p) const {
   engine::PlaneAddr a;
@@ -166,10 +397,11 @@ std::array<engine::PlaneAddr, engine::kMaxPlanes> Fabric::addrs(uint32_t h) cons
 }
 
 void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
-  stats_.routed_from_headers += !tag;
+  Stats& stats = leaf_part_[l]->stats;
+  stats.routed_from_headers += !tag;
   Route r;
   if (!route(frame, tag, leaf_seed_[p * leaves_ + l], r) || r.dst_host >= cfg_.hosts) {
-    ++stats_.unroutable;
+    ++stats.unroutable;
     return;
   }
   if (leaf_of(r.dst_host) == l) {
@@ -180,11 +412,12 @@ void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_
 }
 
 void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
-  stats_.routed_from_headers += !tag;
+  Stats& stats = spine_part_[s]->stats;
+  stats.routed_from_headers += !tag;
   Route r;
   // A spine has one path to each leaf: no hash needed.
   if (!route(frame, tag, 0, r) || r.dst_host >= cfg_.hosts) {
-    ++stats_.unroutable;
+    ++stats.unroutable;
     return;
   }
   spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame), tag, wire_len);
@@ -219,7 +452,12 @@ void Fabric::set_plane_up(uint32_t p, bool up) {
 
 Fabric::QpPair Fabric::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,
                                        uint32_t pd_b, const engine::QpCaps& caps) {
-  return hosts_.connect_qp_pair(h_a, h_b, base, pd_a, pd_b, caps);
+  const QpPair r = connect_engines(engine(h_a), engine(h_b), base, pd_a, pd_b, caps, now());
+  if (r) {
+    poll(h_a);
+    poll(h_b);
+  }
+  return r;
 }
 
 }  // namespace mrc::sim

@@ -9,10 +9,21 @@
 //
 // Host h on plane p is MAC 02:00:00:hh:hh:pp (16-bit h) and IP
 // 10.p.((h+1)>>8).((h+1)&255), so up to 65534 hosts. Deterministic given
-// Config::seed.
+// Config::seed and Config::partitions.
+//
+// Partitions (a conservative parallel run): the fabric is cut into
+// `partitions` parts, each with its own event loop: consecutive leaves with
+// their hosts, and in every plane a share of the spines. Only leaf-spine
+// links cross between parts, and none delivers sooner than its delay, so the
+// parts run side by side in windows of that delay and exchange the frames
+// that crossed when they meet. Frames that cross join their loop at the
+// window's end rather than when sent, so runs with different partition
+// counts differ as runs with different seeds do; how many threads run the
+// parts changes nothing.
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,9 +52,13 @@ class Fabric {
     bool route_tags = true;
     bool room_cache = true;  // EngineHosts::set_room_cache
     uint64_t seed = 1;
+    uint32_t partitions = 1;  // > 1 needs fabric_link.delay_ns >= 1
+    uint32_t threads = 0;     // that run them; 0: one per partition, at most one per CPU
     // num_planes, planes and seed are filled in per host.
     engine::EngineConfig engine_template;
   };
+
+  static constexpr uint32_t kMaxPartitions = 256;
 
   struct Stats {
     uint64_t unroutable = 0;
@@ -90,19 +105,36 @@ class Fabric {
   void set_spine_up(uint32_t p, uint32_t s, bool up);
   void set_plane_up(uint32_t p, bool up);
 
+  // The control loop: events scheduled with at(). With one partition it
+  // also runs the network; with more, run through run_until*() below.
   EventLoop& loop() { return loop_; }
-  Nanos now() const { return loop_.now(); }
+  // Inside a partition's event, that partition's clock; else the control
+  // loop's (between windows every clock reads the same).
+  Nanos now() const;
+  // Control events (failures, samples) run between windows, before anything
+  // else due at their time; they may call into any host.
   EventId at(Nanos t, Callback fn) { return loop_.at(t, std::move(fn)); }
+  // As EventLoop's, over every partition.
+  bool run_until(Nanos t);
+  bool run_until_idle(Nanos limit = kNever);
+  // From any event: with partitions, the run stops when the current window
+  // ends.
+  void stop();
+  uint64_t events_run() const;
 
-  void set_completion_hook(CompletionHook hook) { hosts_.set_completion_hook(std::move(hook)); }
-  void set_payload_tokens(EngineHosts::PlacementCheck check) { hosts_.set_payload_tokens(std::move(check)); }
-  const Stats& stats() const { return stats_; }
+  // Set before the run: with partitions, the hooks run on the partitions'
+  // threads, each for the hosts of its own partition.
+  void set_completion_hook(CompletionHook hook);
+  void set_payload_tokens(EngineHosts::PlacementCheck check);
+  Stats stats() const;
 
   // engine(h).post_send, then a poll (which sends it).
-  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) { return hosts_.post_send(h, qpn, wr); }
+  int post_send(uint32_t h, uint32_t qpn, const engine::SendWr& wr) { return hosts_of(h).post_send(h, qpn, wr); }
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_plane_up, send_port_status, ...).
-  void poll(uint32_t h) { hosts_.poll(h); }
+  void poll(uint32_t h) { hosts_of(h).poll(h); }
+  uint32_t partitions() const { return static_cast<uint32_t>(parts_.size()); }
+  uint32_t partition_of_host(uint32_t h) const { return partition_of_leaf(leaf_of(h)); }
 
   using QpPair = sim::QpPair;
   // As TestNet::connect_qp_pair: a QP on each host, RESET -> RTS.
@@ -110,20 +142,36 @@ class Fabric {
                          const engine::QpCaps& caps = {});
 
  private:
+  struct Part;
+  class Workers;
+
   void leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
   void spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
+  uint32_t partition_of_leaf(uint32_t l) const { return static_cast<uint32_t>(uint64_t(l) * parts_.size() / leaves_); }
+  uint32_t partition_of_spine(uint32_t s) const { return static_cast<uint32_t>(uint64_t(s) * parts_.size() / spines_); }
+  EngineHosts& hosts_of(uint32_t h);
+  // A link sent on from partition `from` and delivering in `to`.
+  std::unique_ptr<Link> make_link(uint32_t from, uint32_t to, const LinkParams& params, uint64_t seed, Link::Sink sink);
+  // Runs every partition's events up to `end`, side by side.
+  void run_window(Nanos end);
+  void run_part(Part& part, Nanos end);
+  bool run_partitioned(Nanos limit, bool until_idle);
 
   Config cfg_;
   uint32_t leaves_ = 0;
   uint32_t spines_ = 0;
-  EventLoop loop_;                                // first: links and hosts hold references to it
+  EventLoop loop_;  // first: links and hosts hold references to it
+  std::vector<std::unique_ptr<Part>> parts_;
+  std::vector<Part*> leaf_part_;   // [l]
+  std::vector<Part*> spine_part_;  // [s], the same in every plane
+  Nanos lookahead_ = 0;            // how long the partitions may run apart
+  std::atomic<bool> stop_{false};
+  std::unique_ptr<Workers> workers_;
   std::vector<std::unique_ptr<Link>> uplinks_;    // [p * hosts + h]
   std::vector<std::unique_ptr<Link>> downlinks_;  // [p * hosts + h]
   std::vector<std::unique_ptr<Link>> to_spine_;   // [(p * leaves + l) * spines + s]
   std::vector<std::unique_ptr<Link>> to_leaf_;    // [(p * leaves + l) * spines + s]
   std::vector<uint64_t> leaf_seed_;               // [p * leaves + l]
-  Stats stats_;
-  EngineHosts hosts_;  // after the links and stats_ it uses
 };
 
 }  // namespace mrc::sim

@@ -32,7 +32,7 @@ uint64_t derive_seed(uint64_t seed, uint64_t tag) {
 }
 
 Link::Link(EventLoop& loop, const LinkParams& params, uint64_t seed, Sink sink)
-    : loop_(loop), params_(params), rng_state_(seed), sink_(std::move(sink)) {}
+    : loop_(loop), rx_loop_(&loop), params_(params), rng_state_(seed), sink_(std::move(sink)) {}
 
 // Built from raw generator output rather than std::uniform_real_distribution,
 // whose algorithm differs between standard libraries.
@@ -139,11 +139,14 @@ void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_
     }
     ++ctr_.delivered;
     ctr_.delivered_bytes += wire;
-    if (tap_) tap_(f, loop_.now());
+    if (tap_) tap_(f, rx_loop_->now());
     if (sink_) sink_(std::move(f), tag, wire);
   };
   static_assert(sizeof(deliver) <= Callback::kInline, "a frame hop must not allocate");
-  loop_.at(t, std::move(deliver));
+  if (mail_)
+    mail_->post(t, std::move(deliver));
+  else
+    loop_.at(t, std::move(deliver));
 }
 
 bool Link::mark_ecn(std::vector<uint8_t>& frame, uint64_t queued) {

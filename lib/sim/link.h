@@ -125,6 +125,14 @@ class Link {
     assert(!watcher_ || watcher_ == changes);
     watcher_ = changes;
   }
+  // A link whose far end runs on another loop, which another thread may be
+  // running (Fabric's partitions): its deliveries wait in `mail` until the
+  // two loops meet, then run on `rx_loop`. Its delay must be at least the
+  // time the loops run apart, so that no frame is due before they meet.
+  void set_far_end(EventLoop& rx_loop, Mailbox& mail) {
+    rx_loop_ = &rx_loop;
+    mail_ = &mail;
+  }
   // When the queue will be empty (now when it is).
   Nanos drain_time() const;
   // The earliest time at which queued_bytes() <= bytes, given no new sends.
@@ -148,7 +156,9 @@ class Link {
     return z ^ (z >> 31);
   }
 
-  EventLoop& loop_;
+  EventLoop& loop_;          // the sender's: the queue's clock
+  EventLoop* rx_loop_;       // where deliveries run
+  Mailbox* mail_ = nullptr;  // set when rx_loop_ is another thread's
   // Times are kept in picoseconds so back-to-back frames do not accumulate
   // rounding; events fire at the next whole nanosecond.
   uint64_t busy_until_ps_ = 0;  // when the last bit queued leaves

@@ -7,6 +7,7 @@
 // packets was placed.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,7 +36,7 @@ class PlacementLedger {
   bool place(uint32_t host, const EngineHosts::Placement& p);
   // Whether every packet of the slot's message was placed; empties the slot.
   bool take(size_t r, uint32_t slot);
-  uint64_t misplaced() const { return misplaced_; }
+  uint64_t misplaced() const { return misplaced_.load(std::memory_order_relaxed); }
 
  private:
   struct Slot {
@@ -50,7 +51,9 @@ class PlacementLedger {
   uint32_t slots_ = 0, slot_bytes_ = 0, mtu_ = 1;
   std::vector<Slot> slot_;      // [region * slots + slot]
   std::vector<uint64_t> bits_;  // per slot, a bit per packet placed
-  uint64_t misplaced_ = 0;
+  // Hosts of different partitions may place at once (Fabric's parallel
+  // runs); each slot belongs to one host, the count to all.
+  std::atomic<uint64_t> misplaced_{0};
 };
 
 }  // namespace mrc::sim

@@ -3,7 +3,8 @@
 # summary: integrity_ok must hold for both; completions_ok must hold for mrc
 # and for rocev2 except where a silent failure may legitimately kill RoCEv2
 # QPs bound to the failed plane (then the errors must be counted). Finally
-# runs one scenario twice with the same seed and compares stdout byte for byte.
+# runs one scenario twice with the same seed and compares stdout byte for byte,
+# and once in partitions on one thread and on two.
 #
 # usage: run_scenarios.sh MRC_SIM [SCENARIO_DIR]
 set -u
@@ -112,6 +113,24 @@ else
   fail=$((fail + 1))
   echo "FAIL payload tokens and payload bytes differ"
   diff "$tmp/a" "$tmp/bytes" | head -n 5
+fi
+
+# A parallel run (--partitions): whether one thread or two run the parts,
+# the output is the same byte for byte, and the run is whole.
+"$sim" --config "$det" --transport mrc --seed 7 --partitions 3 --threads 1 >"$tmp/p1" 2>/dev/null
+"$sim" --config "$det" --transport mrc --seed 7 --partitions 3 --threads 2 >"$tmp/p2" 2>/dev/null
+if [ -s "$tmp/p1" ] && cmp -s "$tmp/p1" "$tmp/p2" && "$py" - "$tmp/p1" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+sys.exit(0 if s["integrity_ok"] is True and s["completions_ok"] is True else 1)
+PY
+then
+  pass=$((pass + 1))
+  echo "PASS $(basename "$det" .conf) in 3 partitions: one thread and two give the same run, integrity and completions ok"
+else
+  fail=$((fail + 1))
+  echo "FAIL $(basename "$det" .conf) in 3 partitions: runs differ or are not whole"
+  diff "$tmp/p1" "$tmp/p2" | head -n 5
 fi
 
 echo "summary: $pass passed, $fail failed"

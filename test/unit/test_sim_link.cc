@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "sim/event_loop.h"
@@ -250,6 +251,69 @@ TEST_CASE("EventLoop runs an event in place while it schedules thousands more an
   CHECK(ran[2] == 3);
   CHECK(ran.back() == 9'998);
   CHECK(loop.stats().run == 10'001);
+}
+
+TEST_CASE("EventLoop advance moves the clock and runs nothing") {
+  EventLoop loop;
+  std::vector<Nanos> ran;
+  loop.at(100, [&] { ran.push_back(loop.now()); });
+  loop.advance(60);
+  CHECK(loop.now() == 60);
+  CHECK(ran.empty());
+  loop.advance(40);  // never backwards
+  CHECK(loop.now() == 60);
+  loop.advance(100);  // up to the next event, not past it
+  CHECK(ran.empty());
+  CHECK(loop.run_until_idle());
+  CHECK(ran == std::vector<Nanos>{100});
+  // Far events (beyond the calendar) come into reach as the clock moves.
+  loop.at(100 + (Nanos(1) << 20), [&] { ran.push_back(loop.now()); });
+  loop.advance(100 + (Nanos(1) << 19));
+  CHECK(loop.next_time() == 100 + (Nanos(1) << 20));
+  CHECK(loop.run_until_idle());
+  CHECK(ran.back() == 100 + (Nanos(1) << 20));
+}
+
+TEST_CASE("A mailbox hands its events to a loop in the order posted, each at its time") {
+  EventLoop loop;
+  sim::Mailbox mail;
+  std::vector<int> ran;
+  CHECK(mail.earliest() == sim::kNever);
+  loop.at(20, [&] { ran.push_back(0); });
+  mail.post(30, [&] { ran.push_back(1); });
+  mail.post(20, [&] { ran.push_back(2); });
+  mail.post(30, [&] { ran.push_back(3); });
+  CHECK(mail.earliest() == 20);
+  CHECK(loop.pending() == 1);
+  mail.deliver_to(loop);
+  CHECK(mail.earliest() == sim::kNever);
+  CHECK(loop.pending() == 4);
+  CHECK(loop.run_until_idle());
+  // Time first; at one time, what the loop had before the mail came.
+  CHECK(ran == std::vector<int>{0, 2, 1, 3});
+}
+
+TEST_CASE("A link whose far end is another loop's posts its deliveries there") {
+  EventLoop tx_loop, rx_loop;
+  sim::Mailbox mail;
+  std::vector<Arrival> got;
+  Link link(tx_loop, clean(), 1, [&](std::vector<uint8_t> f, uint64_t, uint32_t wire_len) {
+    got.push_back({rx_loop.now(), std::move(f), wire_len});
+  });
+  std::vector<Nanos> tapped;
+  link.set_tap([&](std::span<const uint8_t>, Nanos t) { tapped.push_back(t); });
+  link.set_far_end(rx_loop, mail);
+  tx_loop.at(50, [&] { link.send(make_frame(1)); });
+  CHECK(tx_loop.run_until_idle());
+  CHECK(tx_loop.pending() == 0);  // nothing for the sender's loop
+  CHECK(mail.earliest() == 50 + 100 + 500);
+  CHECK(got.empty());
+  mail.deliver_to(rx_loop);
+  CHECK(rx_loop.run_until_idle());
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].t == 650);
+  CHECK(tapped == std::vector<Nanos>{650});  // the receiving loop's clock
+  CHECK(link.counters().delivered == 1);
 }
 
 TEST_CASE("Link serializes at line rate, then adds the delay") {
