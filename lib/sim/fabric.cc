@@ -118,6 +118,8 @@ class Fabric::Workers {
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
 
+  uint32_t threads() const { return threads_; }
+
   void run(Nanos end) {
     end_ = end;
     busy_.store(threads_ - 1, std::memory_order_relaxed);
@@ -274,6 +276,15 @@ EngineHosts& Fabric::hosts_of(uint32_t h) {
 }
 
 engine::Engine& Fabric::engine(uint32_t h) { return hosts_of(h).engine(h); }
+
+uint32_t Fabric::threads() const { return workers_ ? workers_->threads() : 1; }
+
+uint32_t Fabric::partitions_with_hosts() const {
+  // Leaves go to partitions in order, so each partition's leaves are consecutive.
+  uint32_t n = 0;
+  for (uint32_t l = 0; l < leaves_; ++l) n += l == 0 || leaf_part_[l] != leaf_part_[l - 1];
+  return n;
+}
 
 Nanos Fabric::now() const { return running_fabric == this ? running_loop->now() : loop_.now(); }
 

@@ -134,6 +134,9 @@ class Fabric {
   // directly (modify_qp, set_plane_up, send_port_status, ...).
   void poll(uint32_t h) { hosts_of(h).poll(h); }
   uint32_t partitions() const { return static_cast<uint32_t>(parts_.size()); }
+  uint32_t threads() const;
+  uint32_t partitions_with_hosts() const;
+  Nanos lookahead() const { return lookahead_; }
   uint32_t partition_of_host(uint32_t h) const { return partition_of_leaf(leaf_of(h)); }
 
   using QpPair = sim::QpPair;

@@ -1342,6 +1342,7 @@ TEST_CASE("a fabric cut into partitions runs the same on one thread as on two, a
     cfg.threads = threads;
     sim::Fabric fab(cfg);
     REQUIRE(fab.partitions() == 3);
+    CHECK(fab.partitions_with_hosts() == 3);
     CHECK(fab.partition_of_host(0) == 0);
     CHECK(fab.partition_of_host(7) == 2);
     ShiftedWrites writes(fab, cfg.hosts, 256 * 1024);
