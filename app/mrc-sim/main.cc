@@ -591,9 +591,9 @@ int Sim::run() {
     fmt::print(stderr, "mrc-sim: {}\n", e.what());
     return 2;
   }
-  if (net_->partitions() > 1) {
-    fmt::print(stderr, "mrc-sim: {} partitions ({} with hosts), {} threads, windows of {} ns\n", net_->partitions(),
-               net_->partitions_with_hosts(), net_->threads(), net_->lookahead());
+  if (o_.partitions > 1) {
+    fmt::print(stderr, "mrc-sim: {} partitions{}, {} threads, windows of {} ns\n", net_->partitions(),
+               net_->partitions() < o_.partitions ? " (at most one per leaf)" : "", net_->threads(), net_->lookahead());
   }
   if (!o_.pcap.empty()) {
     std::string err;

@@ -1,6 +1,7 @@
 #include "sim/fabric.h"
 
 #include <algorithm>
+#include <cassert>
 #include <atomic>
 #include <exception>
 #include <cmath>
@@ -104,17 +105,20 @@ struct Fabric::Part {
 
 // Threads that run partitions side by side, window by window. The calling
 // thread is worker 0; worker i runs the partitions k with k % threads == i.
-// Waiting is spinning: windows are short and the threads are the machine's.
+// Windows follow each other within microseconds, so waiting for the next
+// one spins; a worker still waiting after that sleeps (through the run's
+// setup, its control events and its summary).
 class Fabric::Workers {
  public:
   Workers(Fabric& fabric, uint32_t threads) : fabric_(fabric), threads_(threads), errors_(threads) {
-    for (uint32_t i = 1; i < threads; ++i) pool_.emplace_back([this, i] { work(i); });
+    try {
+      for (uint32_t i = 1; i < threads; ++i) pool_.emplace_back([this, i] { work(i); });
+    } catch (...) {
+      quit();
+      throw;
+    }
   }
-  ~Workers() {
-    quit_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
-    for (auto& t : pool_) t.join();
-  }
+  ~Workers() { quit(); }
   Workers(const Workers&) = delete;
   Workers& operator=(const Workers&) = delete;
 
@@ -124,24 +128,31 @@ class Fabric::Workers {
     end_ = end;
     busy_.store(threads_ - 1, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
     run_share(0);
-    spin_until([&] { return busy_.load(std::memory_order_acquire) == 0; });
+    for (uint32_t n = 0; busy_.load(std::memory_order_acquire) != 0; ++n)
+      n < kSpins ? pause() : std::this_thread::yield();
+    // The first error; the partitions are then left mid-window, and the
+    // Fabric cannot run on.
+    std::exception_ptr first;
     for (auto& e : errors_)
-      if (e) std::rethrow_exception(std::exchange(e, nullptr));
+      if (auto taken = std::exchange(e, nullptr); taken && !first) first = taken;
+    if (first) std::rethrow_exception(first);
   }
 
  private:
-  template <class Done>
-  static void spin_until(Done done) {
-    for (uint32_t n = 0; !done(); ++n) {
-      if (n < 4096) {
+  static constexpr uint32_t kSpins = 4096;  // about 100 us
+  static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
+    __builtin_ia32_pause();
 #endif
-      } else {
-        std::this_thread::yield();
-      }
-    }
+  }
+  void quit() {
+    quit_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
+    generation_.notify_all();
+    for (auto& t : pool_) t.join();
+    pool_.clear();
   }
   void run_share(uint32_t i) {
     try {
@@ -153,7 +164,8 @@ class Fabric::Workers {
   void work(uint32_t i) {
     uint64_t seen = 0;
     for (;;) {
-      spin_until([&] { return generation_.load(std::memory_order_acquire) != seen; });
+      for (uint32_t n = 0; generation_.load(std::memory_order_acquire) == seen; ++n)
+        n < kSpins ? pause() : generation_.wait(seen, std::memory_order_acquire);
       seen = generation_.load(std::memory_order_acquire);
       if (quit_) return;
       run_share(i);
@@ -188,9 +200,10 @@ Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
     const double os = cfg_.oversubscription > 0 ? cfg_.oversubscription : 1.0;
     spines_ = std::max<uint32_t>(1, static_cast<uint32_t>(std::floor(cfg_.hosts_per_leaf / os)));
   }
-  const uint32_t K = cfg_.partitions;
-  if (K < 1 || K > kMaxPartitions)
+  if (cfg_.partitions < 1 || cfg_.partitions > kMaxPartitions)
     throw std::invalid_argument("Fabric: partitions must be 1.." + std::to_string(kMaxPartitions));
+  // At most one per leaf: a partition without one would hold nothing to run.
+  const uint32_t K = std::min(cfg_.partitions, leaves_);
   if (K > 1 && cfg_.fabric_link.delay_ns < 1)
     throw std::invalid_argument("Fabric: partitions need a fabric link delay of at least 1 ns");
   lookahead_ = cfg_.fabric_link.delay_ns;
@@ -266,25 +279,27 @@ Fabric::~Fabric() = default;
 std::unique_ptr<Link> Fabric::make_link(uint32_t from, uint32_t to, const LinkParams& params, uint64_t seed,
                                         Link::Sink sink) {
   auto link = std::make_unique<Link>(*parts_[from]->loop, params, seed, std::move(sink));
-  if (from != to) link->set_far_end(*parts_[to]->loop, parts_[to]->inbox[from]);
+  if (from != to) link->set_far_end(*parts_[to]->loop, parts_[to]->inbox[from], lookahead_);
   return link;
 }
 
 EngineHosts& Fabric::hosts_of(uint32_t h) {
   if (h >= cfg_.hosts) throw std::out_of_range("Fabric: no host " + std::to_string(h));
-  return *leaf_part_[leaf_of(h)]->hosts;
+  Part& part = *leaf_part_[leaf_of(h)];
+  // Inside a partition's event, only that partition's hosts: another's
+  // thread may be running them.
+  assert(running_fabric != this || part.loop == running_loop);
+  return *part.hosts;
+}
+
+EventId Fabric::at(Nanos t, Callback fn) {
+  assert(running_fabric != this || parts_.size() == 1);  // control events are scheduled between windows
+  return loop_.at(t, std::move(fn));
 }
 
 engine::Engine& Fabric::engine(uint32_t h) { return hosts_of(h).engine(h); }
 
 uint32_t Fabric::threads() const { return workers_ ? workers_->threads() : 1; }
-
-uint32_t Fabric::partitions_with_hosts() const {
-  // Leaves go to partitions in order, so each partition's leaves are consecutive.
-  uint32_t n = 0;
-  for (uint32_t l = 0; l < leaves_; ++l) n += l == 0 || leaf_part_[l] != leaf_part_[l - 1];
-  return n;
-}
 
 Nanos Fabric::now() const { return running_fabric == this ? running_loop->now() : loop_.now(); }
 
@@ -317,7 +332,9 @@ uint64_t Fabric::events_run() const {
 
 void Fabric::stop() {
   stop_ = true;
-  loop_.stop();  // a control event's own run_until (with one partition, the run's)
+  // The control loop's own run (with one partition, the whole run's), never
+  // from a partition's thread: two may stop at once.
+  if (parts_.size() == 1 || running_fabric != this) loop_.stop();
 }
 
 bool Fabric::run_until(Nanos t) {

@@ -112,13 +112,15 @@ class Fabric {
   // loop's (between windows every clock reads the same).
   Nanos now() const;
   // Control events (failures, samples) run between windows, before anything
-  // else due at their time; they may call into any host.
-  EventId at(Nanos t, Callback fn) { return loop_.at(t, std::move(fn)); }
+  // else due at their time; they may call into any host. With partitions,
+  // schedule them from outside the partitions' events.
+  EventId at(Nanos t, Callback fn);
   // As EventLoop's, over every partition.
   bool run_until(Nanos t);
   bool run_until_idle(Nanos limit = kNever);
   // From any event: with partitions, the run stops when the current window
-  // ends.
+  // ends. A partition's event must not run a loop, nor call into another
+  // partition's hosts.
   void stop();
   uint64_t events_run() const;
 
@@ -133,9 +135,9 @@ class Fabric {
   // Polls host h now and re-arms its timer; call after driving the engine
   // directly (modify_qp, set_plane_up, send_port_status, ...).
   void poll(uint32_t h) { hosts_of(h).poll(h); }
+  // Config::partitions, but at most one per leaf.
   uint32_t partitions() const { return static_cast<uint32_t>(parts_.size()); }
   uint32_t threads() const;
-  uint32_t partitions_with_hosts() const;
   Nanos lookahead() const { return lookahead_; }
   uint32_t partition_of_host(uint32_t h) const { return partition_of_leaf(leaf_of(h)); }
 

@@ -4,6 +4,8 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "sim/frame_pool.h"
@@ -58,7 +60,17 @@ void Link::set_blackhole(bool on) {
   blackhole_ = on;
 }
 
+void Link::set_far_end(EventLoop& rx_loop, Mailbox& mail, Nanos min_delay) {
+  if (params_.delay_ns < min_delay) throw std::invalid_argument("Link: a far end needs the delay it is run apart by");
+  rx_loop_ = &rx_loop;
+  mail_ = &mail;
+  min_delay_ = min_delay;
+}
+
 void Link::set_params(const LinkParams& params) {
+  if (params.delay_ns < min_delay_)
+    throw std::invalid_argument("Link: delay " + std::to_string(params.delay_ns) + " ns is below the " +
+                                std::to_string(min_delay_) + " ns its partitions run apart by");
   const bool was_up = params_.up;
   if (watcher_) ++*watcher_;
   params_ = params;
@@ -133,7 +145,7 @@ void Link::send(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
 void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire) {
   auto deliver = [this, epoch = epoch_, wire, tag, f = std::move(frame)]() mutable {
     if (epoch != epoch_ || !params_.up) {
-      ++ctr_.dropped_down;
+      ++lost_in_flight_;
       FramePool::give(std::move(f));
       return;
     }

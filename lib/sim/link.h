@@ -112,7 +112,11 @@ class Link {
   // queued_bytes() counts what is left of them at the new rate.
   void set_params(const LinkParams& params);
 
-  const LinkCounters& counters() const { return ctr_; }
+  LinkCounters counters() const {
+    LinkCounters c = ctr_;
+    c.dropped_down += lost_in_flight_;
+    return c;
+  }
   // Bytes accepted and not yet serialized (to the nearest byte), now or at
   // a later time `t` given no new sends.
   uint64_t queued_bytes() const { return queued_bytes_at(loop_.now()); }
@@ -127,12 +131,10 @@ class Link {
   }
   // A link whose far end runs on another loop, which another thread may be
   // running (Fabric's partitions): its deliveries wait in `mail` until the
-  // two loops meet, then run on `rx_loop`. Its delay must be at least the
-  // time the loops run apart, so that no frame is due before they meet.
-  void set_far_end(EventLoop& rx_loop, Mailbox& mail) {
-    rx_loop_ = &rx_loop;
-    mail_ = &mail;
-  }
+  // two loops meet, then run on `rx_loop`. The loops run apart for up to
+  // `min_delay`, so no frame may arrive sooner: this and set_params() refuse
+  // a shorter delay (std::invalid_argument).
+  void set_far_end(EventLoop& rx_loop, Mailbox& mail, Nanos min_delay);
   // When the queue will be empty (now when it is).
   Nanos drain_time() const;
   // The earliest time at which queued_bytes() <= bytes, given no new sends.
@@ -159,6 +161,10 @@ class Link {
   EventLoop& loop_;          // the sender's: the queue's clock
   EventLoop* rx_loop_;       // where deliveries run
   Mailbox* mail_ = nullptr;  // set when rx_loop_ is another thread's
+  Nanos min_delay_ = 0;
+  // dropped_down's share counted where deliveries run: ctr_ is the
+  // sender's thread's.
+  uint64_t lost_in_flight_ = 0;
   // Times are kept in picoseconds so back-to-back frames do not accumulate
   // rounding; events fire at the next whole nanosecond.
   uint64_t busy_until_ps_ = 0;  // when the last bit queued leaves

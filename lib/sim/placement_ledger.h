@@ -52,7 +52,9 @@ class PlacementLedger {
   std::vector<Slot> slot_;      // [region * slots + slot]
   std::vector<uint64_t> bits_;  // per slot, a bit per packet placed
   // Hosts of different partitions may place at once (Fabric's parallel
-  // runs); each slot belongs to one host, the count to all.
+  // runs). A slot is placed into by its responder's thread and expected and
+  // taken by its requester's, never at once: the ACK between them crosses
+  // a window's end. The count is everyone's.
   std::atomic<uint64_t> misplaced_{0};
 };
 

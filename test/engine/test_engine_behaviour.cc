@@ -1342,7 +1342,6 @@ TEST_CASE("a fabric cut into partitions runs the same on one thread as on two, a
     cfg.threads = threads;
     sim::Fabric fab(cfg);
     REQUIRE(fab.partitions() == 3);
-    CHECK(fab.partitions_with_hosts() == 3);
     CHECK(fab.partition_of_host(0) == 0);
     CHECK(fab.partition_of_host(7) == 2);
     ShiftedWrites writes(fab, cfg.hosts, 256 * 1024);
@@ -1364,13 +1363,56 @@ TEST_CASE("a fabric cut into partitions runs the same on one thread as on two, a
   CHECK(one.delivered == two.delivered);
   CHECK(one.crossed > 0);
   CHECK(one.lost_to_spine > 0);  // the failure hit frames in flight
+  CHECK(one.lost_to_spine == two.lost_to_spine);
   CHECK(one.done > 12'000);
+}
+
+// Two partitions of two leaves each: leaf 0 -> spine 1 crosses from the
+// first to the second, spine 1 -> leaf 2 stays in the second.
+TEST_CASE("a partitioned fabric keeps time: frames cross on time, control events find every clock at theirs") {
+  sim::Fabric::Config cfg;
+  cfg.hosts = 4;
+  cfg.hosts_per_leaf = 1;
+  cfg.spines = 2;
+  cfg.host_link.delay_ns = 300;
+  cfg.fabric_link.delay_ns = 500;  // 100 Gb/s: a 1250-byte frame takes 100 ns
+  cfg.partitions = 2;
+  cfg.threads = 2;
+  sim::Fabric fab(cfg);
+  REQUIRE(fab.partitions() == 2);
+  REQUIRE(fab.partition_of_host(1) == 0);
+  REQUIRE(fab.partition_of_host(2) == 1);
+  std::vector<std::pair<int, Nanos>> got;  // which link, and when by its receiver's clock
+  fab.leaf_to_spine(0, 0, 1).set_sink([&](std::vector<uint8_t>, uint64_t, uint32_t) {
+    got.emplace_back(0, fab.now());
+    fab.stop();
+  });
+  fab.spine_to_leaf(0, 2, 1).set_sink(
+      [&](std::vector<uint8_t>, uint64_t, uint32_t) { got.emplace_back(1, fab.now()); });
+  fab.at(1000, [&] { fab.leaf_to_spine(0, 0, 1).send(std::vector<uint8_t>(1250)); });
+  // Sent on the second partition's clock, which must read 2000 too.
+  fab.at(2000, [&] {
+    CHECK(fab.now() == 2000);
+    fab.spine_to_leaf(0, 2, 1).send(std::vector<uint8_t>(1250));
+  });
+  CHECK(fab.run_until(1500));
+  CHECK(fab.now() == 1500);
+  CHECK(got.empty());
+  CHECK_FALSE(fab.run_until_idle());  // stopped by the first arrival, at its window's end
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] == std::pair<int, Nanos>{0, 1000 + 100 + 500});
+  CHECK(fab.now() < 2000);
+  CHECK(fab.run_until_idle());  // and on again
+  REQUIRE(got.size() == 2);
+  CHECK(got[1] == std::pair<int, Nanos>{1, 2000 + 100 + 500});
+  CHECK(fab.events_run() == 4);  // two control events, two arrivals
 }
 
 TEST_CASE("a fabric refuses partitions it cannot run apart") {
   sim::Fabric::Config cfg;
   cfg.hosts = 8;
   cfg.hosts_per_leaf = 2;
+  cfg.spines = 4;
   cfg.partitions = 2;
   cfg.fabric_link.delay_ns = 0;  // no lookahead
   CHECK_THROWS_AS(sim::Fabric(cfg), std::invalid_argument);
@@ -1379,6 +1421,14 @@ TEST_CASE("a fabric refuses partitions it cannot run apart") {
   CHECK_THROWS_AS(sim::Fabric(cfg), std::invalid_argument);
   cfg.partitions = sim::Fabric::kMaxPartitions + 1;
   CHECK_THROWS_AS(sim::Fabric(cfg), std::invalid_argument);
+  cfg.partitions = 8;  // more than the 4 leaves
+  CHECK(sim::Fabric(cfg).partitions() == 4);
+  // A crossing link keeps the delay the partitions run apart by.
+  cfg.partitions = 2;
+  sim::Fabric fab(cfg);
+  sim::LinkParams p = fab.leaf_to_spine(0, 0, 3).params();
+  p.delay_ns = 299;
+  CHECK_THROWS_AS(fab.leaf_to_spine(0, 0, 3).set_params(p), std::invalid_argument);
 }
 
 // Two planes, every EV kept in service and a fixed window, so that only the

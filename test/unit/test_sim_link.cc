@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "sim/event_loop.h"
@@ -302,7 +303,12 @@ TEST_CASE("A link whose far end is another loop's posts its deliveries there") {
   });
   std::vector<Nanos> tapped;
   link.set_tap([&](std::span<const uint8_t>, Nanos t) { tapped.push_back(t); });
-  link.set_far_end(rx_loop, mail);
+  CHECK_THROWS_AS(link.set_far_end(rx_loop, mail, 501), std::invalid_argument);  // frames would be due too soon
+  link.set_far_end(rx_loop, mail, 500);
+  LinkParams shorter = clean();
+  shorter.delay_ns = 499;
+  CHECK_THROWS_AS(link.set_params(shorter), std::invalid_argument);
+  CHECK(link.params().delay_ns == 500);
   tx_loop.at(50, [&] { link.send(make_frame(1)); });
   CHECK(tx_loop.run_until_idle());
   CHECK(tx_loop.pending() == 0);  // nothing for the sender's loop
