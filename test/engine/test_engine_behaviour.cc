@@ -1210,6 +1210,17 @@ class ShiftedWrites {
     for (const auto& d : dst_) CHECK(d == src_);
   }
 
+  // The fabric they run on: 8 hosts, 2 per leaf, so that most pairs cross
+  // a spine, hashed over 4; 2 planes.
+  static sim::Fabric::Config fabric() {
+    sim::Fabric::Config cfg;
+    cfg.hosts = 8;
+    cfg.hosts_per_leaf = 2;
+    cfg.spines = 4;
+    cfg.planes = 2;
+    return cfg;
+  }
+
   // Frames each link delivered: uplinks, downlinks, leaf-spine, spine-leaf.
   static std::vector<uint64_t> deliveries(const sim::Fabric& fab) {
     std::vector<uint64_t> out;
@@ -1236,11 +1247,7 @@ TEST_CASE("the fabric routes frames the same with or without the senders' route 
     uint64_t read = 0;  // frames routed from their headers
   };
   auto run = [](bool tags) {
-    sim::Fabric::Config cfg;
-    cfg.hosts = 8;
-    cfg.hosts_per_leaf = 2;  // most pairs cross a spine, hashed over 4
-    cfg.spines = 4;
-    cfg.planes = 2;
+    sim::Fabric::Config cfg = ShiftedWrites::fabric();
     cfg.route_tags = tags;
     sim::Fabric fab(cfg);
     ShiftedWrites writes(fab, cfg.hosts, 128 * 1024);
@@ -1275,11 +1282,7 @@ TEST_CASE("hosts that keep their uplinks' room run as hosts that work it out on 
     uint64_t sends = 0;
   };
   auto run = [](bool cache) {
-    sim::Fabric::Config cfg;
-    cfg.hosts = 8;
-    cfg.hosts_per_leaf = 2;
-    cfg.spines = 4;
-    cfg.planes = 2;
+    sim::Fabric::Config cfg = ShiftedWrites::fabric();
     cfg.host_tx_stage_bytes = 16 * 1024;
     cfg.room_cache = cache;
     sim::Fabric fab(cfg);
@@ -1332,11 +1335,7 @@ TEST_CASE("a fabric cut into partitions runs the same on one thread as on two, a
     uint64_t lost_to_spine = 0;
   };
   auto run = [](uint32_t threads) {
-    sim::Fabric::Config cfg;
-    cfg.hosts = 8;
-    cfg.hosts_per_leaf = 2;
-    cfg.spines = 4;
-    cfg.planes = 2;
+    sim::Fabric::Config cfg = ShiftedWrites::fabric();
     cfg.host_tx_stage_bytes = 16 * 1024;
     cfg.partitions = 3;
     cfg.threads = threads;
