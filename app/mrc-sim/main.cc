@@ -787,8 +787,9 @@ int Sim::run() {
   kv("unroutable", std::to_string(st.unroutable));
   const uint64_t events = net_->events_run();
   kv("sim_events", std::to_string(events));
-  // Of them, frames arriving at the end of a link; the rest are the hosts'
-  // polls and timers and the control events.
+  // Of them, frames delivered at the end of a link; the rest are the
+  // hosts' polls and timers, the control events and the few arrivals on a
+  // link gone down.
   uint64_t frame_events = 0;
   for (const auto* v :
        {&net_->uplinks(), &net_->downlinks(), &net_->leaf_to_spine_links(), &net_->spine_to_leaf_links()})
