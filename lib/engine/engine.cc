@@ -277,8 +277,8 @@ size_t Engine::qp_state_bytes(const QpCaps& caps, const QpAttr& a) {
   return sizeof(Qp) + std::bit_ceil(std::max<uint32_t>(caps.max_send_wr, 1)) * sizeof(SqEntry) +
          std::bit_ceil(std::max<uint32_t>(caps.max_recv_wr, 1)) * sizeof(RecvWr) + win * (sizeof(TxPkt) + 4) +
          std::bit_ceil(a.mpr_dest * kMprUnitPsns) / 8 + a.max_wimm_dest * sizeof(ImmStash) +
-         std::max<size_t>(a.ev.evs.size(), 1) * (sizeof(Ev) + 2) + planes * 2 * sizeof(wire::FrameTemplate) +
-         512 /* congestion control state */;
+         std::max<size_t>(a.ev.evs.size(), 1) * (sizeof(Ev) + sizeof(EvCold) + 2) +
+         planes * 2 * sizeof(wire::FrameTemplate) + 512 /* congestion control state */;
 }
 
 void Engine::Impl::complete(Qp& qp, uint64_t wr_id, WcStatus st, WcOpcode op, uint32_t len, uint32_t imm,
@@ -625,8 +625,9 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
     }
     if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
     if (up) {  // probe the plane's EVs back at once
-      for (Ev& ev : qp.evs)
-        if (ev.plane == plane && ev.state == EvState::assumed_bad) ev.probe_at = now, ev.probe_backoff = 0;
+      for (size_t i = 0; i < qp.evs.size(); ++i)
+        if (qp.evs[i].plane == plane && qp.evs[i].state == EvState::assumed_bad)
+          qp.ev_cold[i].probe_at = now, qp.ev_cold[i].probe_backoff = 0;
       qp.next_probe_at = now;
       I.activate(qp);
     }
@@ -761,7 +762,13 @@ std::vector<EvInfo> Engine::ev_info(uint32_t qpn) const {
   std::vector<EvInfo> out;
   Qp* qp = impl_->find_qp(qpn);
   if (!qp) return out;
-  for (const Ev& e : qp->evs) out.push_back(EvInfo{e.value, e.plane, e.state, e.active, e.ctr});
+  for (size_t i = 0; i < qp->evs.size(); ++i) {
+    const Ev& e = qp->evs[i];
+    Counters<EvCtr> ctr = qp->ev_cold[i].ctr;
+    ctr.v[size_t(EvCtr::tx_pkts)] = e.tx_pkts;
+    ctr.v[size_t(EvCtr::acks)] = e.acks;
+    out.push_back(EvInfo{e.value, e.plane, e.state, e.active, ctr});
+  }
   return out;
 }
 

@@ -268,10 +268,10 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   Ev& evr = qp.evs[ev];
   ++evr.inflight;
   if (retransmit) {
-    evr.ctr.inc(EvCtr::rtx_pkts);
+    qp.ev_cold[ev].ctr.inc(EvCtr::rtx_pkts);
     qp.ctr.inc(QpCtr::tx_retransmits);
   } else {
-    evr.ctr.inc(EvCtr::tx_pkts);
+    ++evr.tx_pkts;
     qp.ctr.inc(QpCtr::tx_data_pkts);
     qp.ctr.inc(QpCtr::tx_data_bytes, t.len);
   }
@@ -455,13 +455,13 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
     if (in_flight_range(qp, trigger)) {
       const TxPkt& t = qp.win[trigger & qp.win_mask];
       Ev& ev = qp.evs[t.ev];
-      ev.ctr.inc(EvCtr::acks);
+      ++ev.acks;
       if (!(t.flags & kPktAcked) && t.tx_count == 1) {  // Karn: no samples from retransmissions
         smp.rtt_ns = now - t.sent_at;
         update_rtt(qp, smp.rtt_ns);
       }
       if (mark != SkipMark::none) {
-        ev.ctr.inc(EvCtr::ecn_marks);
+        qp.ev_cold[t.ev].ctr.inc(EvCtr::ecn_marks);
         smp.ecn = true;
         if (mark == SkipMark::always_skip)
           ev_mark(qp, t.ev, EvState::assumed_bad, now, false);
@@ -623,7 +623,7 @@ void Engine::Impl::on_nack(Qp& qp, const Packet& p, Nanos now) {
   switch (static_cast<NackReason>(n.nack_reason())) {
     case NackReason::trimmed:
     case NackReason::trimmed_lasthop:
-      qp.evs[t.ev].ctr.inc(EvCtr::trims);
+      qp.ev_cold[t.ev].ctr.inc(EvCtr::trims);
       // A trim is congestion, not failure: skip the EV for a rotation (a
       // last-hop trim says nothing about the path) and resend at once.
       if (n.nack_reason() == uint8_t(NackReason::trimmed)) ev_skip(qp, t.ev);

@@ -14,6 +14,7 @@ using namespace wire;
 // plane, as a RoCEv2 NIC binds a QP to one port.
 void Engine::Impl::build_evs(Qp& qp) {
   qp.evs.clear();
+  qp.ev_cold.clear();
   for (auto& v : qp.active) v.clear();
   for (auto& v : qp.backups) v.clear();
   qp.active_good = 0;
@@ -52,6 +53,7 @@ void Engine::Impl::build_evs(Qp& qp) {
     qp.active_good += ev.active;
     qp.evs.push_back(ev);
   }
+  qp.ev_cold.assign(qp.evs.size(), EvCold{});
   refresh_spray_planes(qp);
 }
 
@@ -97,6 +99,10 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
     if (other) usable = other;
   }
   if (++qp.pick_rotor >= planes) qp.pick_rotor = 0;  // rotates ties between planes
+  // Every plane it may use was found full earlier in this call: the search
+  // below could only agree. A host whose ports are full asks about twice per
+  // packet it sends (a tenth of a small simulation's instructions).
+  if (need_room && !(usable & ~full_planes)) return -1;
   int best = -1;
   uint32_t best_load = ~0u;
   for (uint32_t k = 0, p = qp.pick_rotor; k < planes; ++k, p = p + 1 == planes ? 0 : p + 1) {
@@ -153,15 +159,15 @@ void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
   ev.state = EvState::skip;
   const uint32_t rotation = cfg.skip_picks ? cfg.skip_picks : static_cast<uint32_t>(qp.active[ev.plane].size());
   ev.skip_until = qp.plane_picks[ev.plane] + rotation;
-  ev.ctr.inc(EvCtr::state_changes);
+  qp.ev_cold[idx].ctr.inc(EvCtr::state_changes);
 }
 
 // A packet sent on this EV was lost without a trim: MRC takes silence as a
 // path failure and stops using the EV at once.
 void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
   Ev& ev = qp.evs[idx];
-  ev.ctr.inc(EvCtr::losses);
-  ++ev.drops;
+  qp.ev_cold[idx].ctr.inc(EvCtr::losses);
+  ++qp.ev_cold[idx].drops;
   if (cfg.transport != Transport::mrc) return;
   ev_mark(qp, idx, EvState::assumed_bad, now, false);
   // Losses in a row on one plane, each of a packet sent after the plane's
@@ -214,15 +220,16 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
     std::erase(spare, idx);
   }
   ev.state = to;
-  ev.ctr.inc(EvCtr::state_changes);
+  EvCold& cold = qp.ev_cold[idx];
+  cold.ctr.inc(EvCtr::state_changes);
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
-    ev.probe_backoff = cfg.probe_interval;
-    ev.probe_at = now + ev.probe_backoff;
-    qp.next_probe_at = std::min(qp.next_probe_at, ev.probe_at);
+    cold.probe_backoff = cfg.probe_interval;
+    cold.probe_at = now + cold.probe_backoff;
+    qp.next_probe_at = std::min(qp.next_probe_at, cold.probe_at);
     activate(qp);
   } else {
-    ev.probe_at = kNever;
+    cold.probe_at = kNever;
   }
   if (to == EvState::good && !ev.active) {
     // Back in service: refill the plane's spray set first, else keep as a spare.
@@ -239,14 +246,14 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   // SKIP is invisible to the controller: for events it counts as GOOD.
   const bool was_good = from == EvState::good || from == EvState::skip;
   if ((was_good && to == EvState::assumed_bad) || (from == EvState::assumed_bad && to == EvState::good)) {
-    env.ev_event(qp.qpn, idx, ev.value, was_good ? EvState::good : from, to, ev.drops);
-    ev.drops = 0;
+    env.ev_event(qp.qpn, idx, ev.value, was_good ? EvState::good : from, to, cold.drops);
+    cold.drops = 0;
   }
 }
 
 void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
   Ev& ev = qp.evs[idx];
-  ev.ctr.inc(EvCtr::probe_replies);
+  qp.ev_cold[idx].ctr.inc(EvCtr::probe_replies);
   qp.ctr.inc(QpCtr::rx_probe_replies);
   if (ev.state != EvState::assumed_bad) return;
   if (!plane_up[ev.plane] || ((qp.peer_planes_down >> ev.plane) & 1)) return;
@@ -264,9 +271,10 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
 void Engine::Impl::send_probes(Qp& qp, Nanos now) {
   Nanos next = kNever;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
-    Ev& ev = qp.evs[i];
+    const Ev& ev = qp.evs[i];
     if (ev.state != EvState::assumed_bad) continue;
-    if (ev.probe_at <= now && plane_up[ev.plane]) {
+    EvCold& cold = qp.ev_cold[i];
+    if (cold.probe_at <= now && plane_up[ev.plane]) {
       const bool sent =
           send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
             m.peth().set_type(kPethType);
@@ -275,16 +283,16 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
             m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);
           });
       if (sent) {
-        ev.ctr.inc(EvCtr::probes);
+        cold.ctr.inc(EvCtr::probes);
         qp.ctr.inc(QpCtr::tx_probes);
       }
       // From 0 (probed at once when its plane came back up) to one interval.
-      ev.probe_backoff = std::clamp(ev.probe_backoff * 2, cfg.probe_interval, cfg.probe_interval_max);
-      ev.probe_at = now + ev.probe_backoff;
-    } else if (ev.probe_at <= now) {
-      ev.probe_at = now + cfg.probe_interval;  // plane down: try again later
+      cold.probe_backoff = std::clamp(cold.probe_backoff * 2, cfg.probe_interval, cfg.probe_interval_max);
+      cold.probe_at = now + cold.probe_backoff;
+    } else if (cold.probe_at <= now) {
+      cold.probe_at = now + cfg.probe_interval;  // plane down: try again later
     }
-    next = std::min(next, ev.probe_at);
+    next = std::min(next, cold.probe_at);
   }
   qp.next_probe_at = next;
 }

@@ -454,6 +454,13 @@ TEST_CASE("a denied EV carries no more traffic, and a restored one does again") 
   CHECK(evs[3].ctr[EvCtr::tx_pkts] == 0);
   CHECK(evs[7].ctr[EvCtr::tx_pkts] > 0);  // the other EV of that plane took its share
   CHECK(p.net.completions(0).size() == 20);
+  // The EVs' counters add up to the QP's: every packet sent on one EV, and
+  // each SACK credited to the EV of the packet that drew it.
+  uint64_t ev_sent = 0, ev_acks = 0;
+  for (const auto& e : evs) ev_sent += e.ctr[EvCtr::tx_pkts], ev_acks += e.ctr[EvCtr::acks];
+  CHECK(ev_sent == p.info(0).ctr[QpCtr::tx_data_pkts]);
+  CHECK(ev_acks > 0);
+  CHECK(ev_acks <= p.info(0).ctr[QpCtr::rx_acks]);
 
   REQUIRE(p.net.engine(0).set_ev_state(p.qp.qpn_a, 3, EvState::good, p.net.now()));
   p.net.poll(0);
