@@ -338,13 +338,17 @@ struct Engine::Impl {
   };
   bool has_room(uint32_t plane) {
     if ((full_planes >> plane) & 1) return false;
+    if (!((planes_known_full() >> plane) & 1) && env.tx_room(plane)) return true;
+    full_planes |= 1u << plane;
+    return false;
+  }
+  // Planes found full in this call or said full when it began.
+  uint32_t planes_known_full() {
     if (!known_full_asked) {
       known_full = env.planes_without_room();
       known_full_asked = true;
     }
-    if (!((known_full >> plane) & 1) && env.tx_room(plane)) return true;
-    full_planes |= 1u << plane;
-    return false;
+    return full_planes | known_full;
   }
   Nanos last_now = 0;                          // the latest time the engine was called with
   uint32_t first_qpn = kFirstQpn;

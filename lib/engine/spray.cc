@@ -99,10 +99,13 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
     if (other) usable = other;
   }
   if (++qp.pick_rotor >= planes) qp.pick_rotor = 0;  // rotates ties between planes
-  // Every plane it may use was found full earlier in this call: the search
-  // below could only agree. A host whose ports are full asks about twice per
-  // packet it sends (a tenth of a small simulation's instructions).
-  if (need_room && !(usable & ~full_planes)) return -1;
+  // Every plane it may use is full: what the search below would find, and
+  // the planes it would have asked noted as full. Nearly every poll of a
+  // busy simulated host ends here, its ports having filled.
+  if (need_room && usable && !(usable & ~planes_known_full())) {
+    full_planes |= usable;
+    return -1;
+  }
   int best = -1;
   uint32_t best_load = ~0u;
   for (uint32_t k = 0, p = qp.pick_rotor; k < planes; ++k, p = p + 1 == planes ? 0 : p + 1) {
