@@ -57,6 +57,14 @@ class Callback {
 
   explicit operator bool() const { return ops_ != nullptr; }
   void operator()() { ops_->call(buf_); }
+  // Starts loading what the call will touch, for a callable that says (a
+  // `prefetch(unsigned stage) const` member): stage 0 its own state, stage
+  // 1 what that leads to, which may read what stage 0 loaded. The loop asks
+  // this of the events after the one it runs, whose state other events have
+  // usually evicted.
+  void prefetch(unsigned stage) const {
+    if (ops_ && ops_->prefetch) ops_->prefetch(buf_, stage);
+  }
 
   // Captures up to this size are kept inline.
   static constexpr size_t kInline = 48;
@@ -66,20 +74,26 @@ class Callback {
     void (*call)(void*);
     void (*move)(void* from, void* to);  // move-constructs `to`, destroys `from`
     void (*destroy)(void*);
+    void (*prefetch)(const void*, unsigned stage);  // may be null
   };
   template <class D>
-  static constexpr Ops kInlineOps = {
-      [](void* p) { (*static_cast<D*>(p))(); },
-      [](void* from, void* to) {
-        ::new (to) D(std::move(*static_cast<D*>(from)));
-        static_cast<D*>(from)->~D();
-      },
-      [](void* p) { static_cast<D*>(p)->~D(); }};
+  static constexpr void (*prefetch_op())(const void*, unsigned) {
+    if constexpr (requires(const D& d) { d.prefetch(0u); })
+      return [](const void* p, unsigned stage) { static_cast<const D*>(p)->prefetch(stage); };
+    else
+      return nullptr;
+  }
   template <class D>
-  static constexpr Ops kHeapOps = {
-      [](void* p) { (**static_cast<D**>(p))(); },
-      [](void* from, void* to) { *static_cast<D**>(to) = *static_cast<D**>(from); },
-      [](void* p) { delete *static_cast<D**>(p); }};
+  static constexpr Ops kInlineOps = {[](void* p) { (*static_cast<D*>(p))(); },
+                                     [](void* from, void* to) {
+                                       ::new (to) D(std::move(*static_cast<D*>(from)));
+                                       static_cast<D*>(from)->~D();
+                                     },
+                                     [](void* p) { static_cast<D*>(p)->~D(); }, prefetch_op<D>()};
+  template <class D>
+  static constexpr Ops kHeapOps = {[](void* p) { (**static_cast<D**>(p))(); },
+                                   [](void* from, void* to) { *static_cast<D**>(to) = *static_cast<D**>(from); },
+                                   [](void* p) { delete *static_cast<D**>(p); }, nullptr};
 
   void take(Callback& o) {
     if (!o.ops_) return;
@@ -192,6 +206,7 @@ class EventLoop {
   // After now_ moved: far events now within kWheel join the calendar.
   void pull_far();
   void drop_stale_far();
+  void prefetch_after(uint32_t next) const;
   // Runs the earliest event if it is due at or before limit.
   bool run_next(Nanos limit);
 

@@ -79,13 +79,16 @@ uint64_t route_tag(std::span<const uint8_t> f) {
   return dst_host << kTagHostShift | (flow & kTagFlowMask);
 }
 
+Route route_of_tag(uint64_t tag, uint64_t seed) {
+  return {static_cast<uint32_t>(tag >> kTagHostShift) - 1, mix(seed ^ (tag & kTagFlowMask))};
+}
+
 // A frame without a tag is read here, at the switch, and leaves with the
 // tag so that the switches after it need not read it again.
 bool route(const std::vector<uint8_t>& f, uint64_t& tag, uint64_t seed, Route& r) {
   if (!tag) tag = route_tag(f);
   if (!tag) return false;
-  r.dst_host = static_cast<uint32_t>(tag >> kTagHostShift) - 1;
-  r.hash = mix(seed ^ (tag & kTagFlowMask));
+  r = route_of_tag(tag, seed);
   return true;
 }
 
@@ -238,6 +241,7 @@ Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
                                    [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
                                      leaf_rx(p, l, std::move(f), tag, wire);
                                    }));
+      uplinks_.back()->set_sink_hint({prefetch_leaf_hop, this, p, l});
       EngineHosts* hosts = parts_[k]->hosts.get();
       downlinks_.push_back(make_link(k, k, cfg_.host_link, derive_seed(s, 1),
                                      [hosts, h, p](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
@@ -254,10 +258,12 @@ Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
                                       [this, p, s](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
                                         spine_rx(p, s, std::move(f), tag, wire);
                                       }));
+        to_spine_.back()->set_sink_hint({prefetch_spine_hop, this, p, s});
         to_leaf_.push_back(make_link(ks, kl, cfg_.fabric_link, derive_seed(ls, 3),
                                      [this, p, l](std::vector<uint8_t> f, uint64_t tag, uint32_t wire) {
                                        leaf_rx(p, l, std::move(f), tag, wire);
                                      }));
+        to_leaf_.back()->set_sink_hint({prefetch_leaf_hop, this, p, l});
       }
     }
   }
@@ -432,11 +438,23 @@ void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_
     ++stats.unroutable;
     return;
   }
-  if (leaf_of(r.dst_host) == l) {
-    downlink(r.dst_host, p).send(std::move(frame), tag, wire_len);
-    return;
-  }
-  leaf_to_spine(p, l, static_cast<uint32_t>(r.hash % spines_)).send(std::move(frame), tag, wire_len);
+  leaf_egress(p, l, r.dst_host, r.hash).send(std::move(frame), tag, wire_len);
+}
+
+Link& Fabric::leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t hash) {
+  return leaf_of(dst_host) == l ? downlink(dst_host, p) : leaf_to_spine(p, l, static_cast<uint32_t>(hash % spines_));
+}
+
+void Fabric::prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag) {
+  auto& f = *const_cast<Fabric*>(static_cast<const Fabric*>(fabric));
+  const Route r = route_of_tag(tag, f.leaf_seed_[p * f.leaves_ + l]);
+  if (tag && r.dst_host < f.cfg_.hosts) f.leaf_egress(p, l, r.dst_host, r.hash).prefetch();
+}
+
+void Fabric::prefetch_spine_hop(const void* fabric, uint32_t p, uint32_t s, uint64_t tag) {
+  auto& f = *const_cast<Fabric*>(static_cast<const Fabric*>(fabric));
+  const uint32_t dst = route_of_tag(tag, 0).dst_host;
+  if (tag && dst < f.cfg_.hosts) f.spine_egress(p, s, dst).prefetch();
 }
 
 void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
@@ -448,7 +466,7 @@ void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64
     ++stats.unroutable;
     return;
   }
-  spine_to_leaf(p, leaf_of(r.dst_host), s).send(std::move(frame), tag, wire_len);
+  spine_egress(p, s, r.dst_host).send(std::move(frame), tag, wire_len);
 }
 
 // The NIC is not told (a port status update is the caller's business), so

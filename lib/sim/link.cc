@@ -142,18 +142,37 @@ void Link::send(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
   deliver_at(arrive, std::move(frame), tag, wire);
 }
 
-void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire) {
-  auto deliver = [this, epoch = epoch_, wire, tag, f = std::move(frame)]() mutable {
-    if (epoch != epoch_ || !params_.up) {
-      ++lost_in_flight_;
-      FramePool::give(std::move(f));
+// A frame hop: run at arrival time on the far end's loop.
+struct Link::Delivery {
+  Link* link;
+  uint32_t epoch;
+  uint32_t wire;
+  uint64_t tag;
+  std::vector<uint8_t> frame;
+
+  void operator()() {
+    if (epoch != link->epoch_ || !link->params_.up) {
+      ++link->lost_in_flight_;
+      FramePool::give(std::move(frame));
       return;
     }
-    ++ctr_.delivered;
-    ctr_.delivered_bytes += wire;
-    if (tap_) tap_(f, rx_loop_->now());
-    if (sink_) sink_(std::move(f), tag, wire);
-  };
+    ++link->ctr_.delivered;
+    link->ctr_.delivered_bytes += wire;
+    if (link->tap_) link->tap_(frame, link->rx_loop_->now());
+    if (link->sink_) link->sink_(std::move(frame), tag, wire);
+  }
+  void prefetch(unsigned stage) const {
+    if (stage == 0) {
+      link->prefetch();
+      __builtin_prefetch(frame.data());
+    } else if (const SinkHint& h = link->sink_hint_; h.fn) {
+      h.fn(h.ctx, h.a, h.b, tag);
+    }
+  }
+};
+
+void Link::deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire) {
+  Delivery deliver{this, epoch_, wire, tag, std::move(frame)};
   static_assert(sizeof(deliver) <= Callback::kInline, "a frame hop must not allocate");
   if (mail_)
     mail_->post(t, std::move(deliver));

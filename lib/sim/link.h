@@ -90,6 +90,20 @@ class Link {
   Link& operator=(const Link&) = delete;
 
   void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // What the sink will first touch for a frame with `tag` (the next hop's
+  // link, say), for the event loop to load while the event before the
+  // delivery runs. Optional; fn(ctx, a, b, tag).
+  struct SinkHint {
+    void (*fn)(const void* ctx, uint32_t a, uint32_t b, uint64_t tag) = nullptr;
+    const void* ctx = nullptr;
+    uint32_t a = 0, b = 0;
+  };
+  void set_sink_hint(const SinkHint& hint) { sink_hint_ = hint; }
+  // Starts loading the link's state (what send() and a delivery read).
+  void prefetch() const {
+    const char* p = reinterpret_cast<const char*>(this);
+    for (size_t off = 0; off < sizeof(Link); off += 64) __builtin_prefetch(p + off);
+  }
   // Sees every frame the link delivers, as it arrives (a capture at its far
   // end): the bytes that travel, which for a compact frame stop short.
   using Tap = std::function<void(std::span<const uint8_t> frame, Nanos t)>;
@@ -147,6 +161,7 @@ class Link {
   bool trim(std::vector<uint8_t>& frame);
   bool mark_ecn(std::vector<uint8_t>& frame, uint64_t queued);
   bool flip_bit(std::vector<uint8_t>& frame);
+  struct Delivery;
   void deliver_at(Nanos t, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
 
   // splitmix64: a fabric has thousands of links and mt19937_64 kept 2.5 KB
@@ -171,6 +186,7 @@ class Link {
   LinkParams params_;
   uint64_t rng_state_;
   Sink sink_;
+  SinkHint sink_hint_;
   Tap tap_;
   uint32_t* watcher_ = nullptr;
   uint32_t epoch_ = 0;  // bumped on going down or black-holed: deliveries of older epochs are lost

@@ -157,6 +157,28 @@ TEST_CASE("EventLoop callbacks own their captures, inline or on the heap, throug
   CHECK_FALSE(b);
 }
 
+// An event that records when the loop asks it to prefetch, and when it runs.
+struct Traced {
+  std::vector<std::pair<int, int>>* log;  // (id, stage), stage -1 for the run
+  int id;
+  void operator()() { log->emplace_back(id, -1); }
+  void prefetch(unsigned stage) const { log->emplace_back(id, static_cast<int>(stage)); }
+};
+
+TEST_CASE("EventLoop asks the events after the running one to prefetch, the nearer one stage deeper") {
+  EventLoop loop;
+  std::vector<std::pair<int, int>> log;
+  for (int id = 1; id <= 4; ++id) loop.at(10, Traced{&log, id});
+  loop.at(11, Traced{&log, 5});  // another bucket: not looked ahead to
+  sim::Callback plain = [] {};
+  plain.prefetch(0);  // a callable without prefetch(): nothing to do
+  CHECK(loop.step());
+  CHECK(log == std::vector<std::pair<int, int>>{{2, 1}, {3, 0}, {1, -1}});
+  log.clear();
+  CHECK(loop.run_until_idle());
+  CHECK(log == std::vector<std::pair<int, int>>{{3, 1}, {4, 0}, {2, -1}, {4, 1}, {3, -1}, {4, -1}, {5, -1}});
+}
+
 TEST_CASE("EventLoop runs near and far events, cancels and nested schedules in (time, insertion) order") {
   // Against a reference: delays below and far above the calendar's span,
   // events scheduling events, random cancels (slots get reused), and
