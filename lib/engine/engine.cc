@@ -721,6 +721,78 @@ bool Engine::qp_info(uint32_t qpn, QpInfo& out) const {
   return true;
 }
 
+// ---------------------------------------------------------------------------
+// Prefetching for a simulator's many engines
+
+namespace {
+
+// Where a frame's BTH would start, without parse_frame()'s checks: a
+// prefetch needs only a good guess. 0 when it is not a RoCEv2 frame.
+size_t guess_bth(std::span<const uint8_t> f) {
+  if (f.size() < kEthLen + kVlanTagLen) return 0;
+  size_t l3 = kEthLen;
+  uint16_t type = load_be16(f.data() + 12);
+  if (type == kEtherTypeVlan) {
+    type = load_be16(f.data() + l3 + 2);
+    l3 += kVlanTagLen;
+  }
+  const size_t bth = type == kEtherTypeIpv4   ? l3 + kIpv4Len + kUdpLen
+                     : type == kEtherTypeIpv6 ? l3 + kIpv6Len + kUdpLen
+                                              : 0;
+  return bth && f.size() >= bth + kBthLen ? bth : 0;
+}
+
+// Every cache line of [first, last].
+void prefetch_range(const void* first, const void* last) {
+  const auto a = reinterpret_cast<uintptr_t>(first) & ~uintptr_t(63);
+  for (uintptr_t p = a; p <= reinterpret_cast<uintptr_t>(last); p += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(p));
+}
+
+}  // namespace
+
+Engine::PrefetchMap Engine::prefetch_map() const {
+  return {impl_.get(), impl_->qps.data(), impl_->first_qpn, static_cast<uint32_t>(impl_->qps.size())};
+}
+
+// What on_rx() reads first: the device's fields and the QP's, then, for
+// data, the receive bitmap word of its PSN, for feedback, the oldest
+// packet in flight (where a SACK's walk starts), and the QP's schedule.
+void Engine::prefetch_rx(const PrefetchMap& m, std::span<const uint8_t> frame, unsigned stage) {
+  const size_t at = m.impl ? guess_bth(frame) : 0;
+  if (!at) return;
+  const Bth<const uint8_t> bth(frame.data() + at);
+  const uint32_t i = bth.dest_qp() - m.first_qpn;
+  if (i >= m.qp_count) return;
+  const Impl& I = *static_cast<const Impl*>(m.impl);
+  const Qp& qp = static_cast<const Qp*>(m.qps)[i];
+  const bool data = op_flags(bth.opcode()) & kOpPayload;
+  if (stage == 0) {
+    for (const void* p : {static_cast<const void*>(&I.ctr), static_cast<const void*>(&I.qps),
+                          static_cast<const void*>(&I.last_now), static_cast<const void*>(&qp),
+                          static_cast<const void*>(&qp.attr.ev), static_cast<const void*>(&qp.attr.pmtu)})
+      __builtin_prefetch(p);
+    if (data) {
+      __builtin_prefetch(&qp.ctr.v[size_t(QpCtr::rx_data_pkts)]);
+      prefetch_range(&qp.rcv_cack, &qp.cnp_sent);
+    } else {
+      for (const void* p : {static_cast<const void*>(&qp.win), static_cast<const void*>(&qp.srtt),
+                            static_cast<const void*>(&qp.rack_sent_at), static_cast<const void*>(&qp.tlp_at),
+                            static_cast<const void*>(&qp.cc), static_cast<const void*>(&qp.evs),
+                            static_cast<const void*>(&qp.plane_inflight)})
+        __builtin_prefetch(p);
+    }
+    return;
+  }
+  if (qp.on_active_list && qp.active_pos < I.active_sched.size()) __builtin_prefetch(&I.active_sched[qp.active_pos]);
+  if (data) {
+    const uint32_t bit = bth.psn() & qp.rcv_bits_mask;
+    if ((bit >> 6) < qp.rcv_bits.size()) __builtin_prefetch(&qp.rcv_bits[bit >> 6]);
+  } else if (!qp.win.empty()) {
+    __builtin_prefetch(&qp.win[qp.snd_una & qp.win_mask]);
+  }
+}
+
 bool Engine::schedule_consistent() const {
   const auto& I = *impl_;
   if (I.active_sched.size() != I.active_qps.size()) return false;

@@ -242,6 +242,22 @@ class Engine {
   bool send_endpoint_request(uint32_t plane, const PlaneAddr& dst, wire::EvFormat format, uint32_t ev, uint8_t op,
                              uint32_t id, uint32_t port_status, uint8_t dscp, Nanos now);
 
+  // A simulation runs thousands of engines and mostly waits on loads of
+  // their state. A caller that knows which frame an engine gets next may
+  // start those loads early, while other work runs: prefetch_rx(map, frame,
+  // 0) the engine's fields and the QP the frame names, then, once those have
+  // arrived, prefetch_rx(map, frame, 1) that QP's state at the frame's PSN.
+  // The map goes stale when QPs are created; a stale map loads the wrong
+  // lines, nothing worse. Neither call changes anything.
+  struct PrefetchMap {
+    const void* impl = nullptr;
+    const void* qps = nullptr;
+    uint32_t first_qpn = 0;
+    uint32_t qp_count = 0;
+  };
+  PrefetchMap prefetch_map() const;
+  static void prefetch_rx(const PrefetchMap& map, std::span<const uint8_t> frame, unsigned stage);
+
   // Introspection.
   const Counters<DevCtr>& counters() const;
   bool qp_info(uint32_t qpn, QpInfo& out) const;

@@ -237,6 +237,26 @@ void EngineHosts::add_as(uint32_t h, const engine::EngineConfig& tmpl, uint64_t 
   ec.seed = derive_seed(derive_seed(derive_seed(net_seed, kEngineSeedTag), tmpl.seed), h);
   host->engine_ = std::make_unique<engine::Engine>(ec, *host);
   hosts_[h] = std::move(host);
+  if (h >= prefetch_.size()) prefetch_.resize(size_t(h) + 1);
+  note_prefetch(*hosts_[h]);
+}
+
+void EngineHosts::note_prefetch(const Host& host) {
+  prefetch_[host.index_] = {&host, host.engine_.get(), host.engine_->prefetch_map()};
+}
+
+void EngineHosts::prefetch_rx(const void* hosts, uint32_t h, uint32_t, uint64_t, std::span<const uint8_t> frame,
+                              unsigned stage) {
+  const auto& self = *static_cast<const EngineHosts*>(hosts);
+  if (h >= self.prefetch_.size()) return;
+  const PrefetchEntry& e = self.prefetch_[h];
+  if (stage == 0) {
+    __builtin_prefetch(e.host);
+    __builtin_prefetch(&e.host->engine_);
+    __builtin_prefetch(&e.host->poll_at_);
+    __builtin_prefetch(e.engine);
+  }
+  engine::Engine::prefetch_rx(e.map, frame, stage);
 }
 
 EngineHosts::Host& EngineHosts::host(uint32_t h) {
@@ -288,6 +308,7 @@ void EngineHosts::poll(uint32_t h) {
 
 void EngineHosts::after_engine_call(Host& host) {
   rearm(host);
+  note_prefetch(host);
   // A hook may post_send, which lands back here; the shared index makes the
   // nested call drain what is left, in order.
   while (hook_next_ < hook_queue_.size()) {

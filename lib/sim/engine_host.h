@@ -77,6 +77,10 @@ class EngineHosts {
   void add_as(uint32_t h, const engine::EngineConfig& tmpl, uint64_t net_seed,
               const std::array<engine::PlaneAddr, engine::kMaxPlanes>& addrs, std::vector<Link*> uplinks);
   uint32_t size() const { return static_cast<uint32_t>(hosts_.size()); }
+  // A Link::SinkHint for a host's downlink: loads what deliver() of `frame`
+  // to host h will read. `hosts` is this.
+  static void prefetch_rx(const void* hosts, uint32_t h, uint32_t p, uint64_t tag, std::span<const uint8_t> frame,
+                          unsigned stage);
   engine::Engine& engine(uint32_t h);
 
   // The most a host keeps queued on each uplink (0: half the queue). A NIC
@@ -136,6 +140,7 @@ class EngineHosts {
 
   Nanos now() const { return loop_.now(); }
   void after_engine_call(Host& host);
+  void note_prefetch(const Host& host);
   std::span<const uint8_t> expand(std::span<const uint8_t> compact, uint32_t wire_len);
   void rearm(Host& host);
 
@@ -147,6 +152,14 @@ class EngineHosts {
   TxTagger tagger_ = nullptr;
   bool room_cache_ = true;
   std::vector<std::unique_ptr<Host>> hosts_;  // [host index]; the engines hold references to them
+  // [host index] where each host's engine keeps its state, refreshed after
+  // every call into it, for prefetch_rx(); hosts_ would be a load away.
+  struct PrefetchEntry {
+    const Host* host = nullptr;
+    const engine::Engine* engine = nullptr;
+    engine::Engine::PrefetchMap map;
+  };
+  std::vector<PrefetchEntry> prefetch_;
   std::vector<uint8_t> rx_frame_;             // compact frames are made whole here
   // Completions waiting for the hook, which must not run inside the engine;
   // shared by all hosts so that a hook's post_send keeps them in order.

@@ -141,22 +141,24 @@ Nanos EventLoop::next_time() const {
 }
 
 // A large run's events each touch state the events before them evicted (a
-// link, a frame, a host) and mostly wait on those loads. So while one runs,
-// the loads of the three after it are under way, one stage deeper the
-// nearer they are: the slot of the third, the state of the second (its slot
-// loaded one event ago), what the next one's state leads to (loaded one
-// event ago). Same-time events share a bucket; the walk stops at its end.
+// link, a frame, a host's engine) and mostly wait on those loads. So while
+// one runs, the loads of those after it are under way, a stage deeper the
+// nearer they are, each stage reading what the one before loaded a few
+// events earlier (kStageDistance), and the slots further on. Same-time
+// events share a bucket; the walk stops at its end.
 void EventLoop::prefetch_after(uint32_t next) const {
-  if (next == kNone) return;
-  const Slot& s1 = slot_at(next);
-  s1.fn.prefetch(1);
-  if (s1.next == kNone) return;
-  const Slot& s2 = slot_at(s1.next);
-  s2.fn.prefetch(0);
-  if (s2.next == kNone) return;
-  const char* s3 = reinterpret_cast<const char*>(&slot_at(s2.next));
-  __builtin_prefetch(s3);
-  __builtin_prefetch(s3 + sizeof(Slot) - 1);
+  for (unsigned d = 1; d <= kSlotDistance && next != kNone; ++d) {
+    const Slot& s = slot_at(next);
+    if (d == kSlotDistance) {
+      const char* line = reinterpret_cast<const char*>(&s);
+      __builtin_prefetch(line);
+      __builtin_prefetch(line + sizeof(Slot) - 1);
+      return;
+    }
+    for (unsigned stage = 0; stage < kStageDistance.size(); ++stage)
+      if (kStageDistance[stage] == d) s.fn.prefetch(stage);
+    next = s.next;
+  }
 }
 
 bool EventLoop::run_next(Nanos limit) {

@@ -248,6 +248,7 @@ Fabric::Fabric(const Config& cfg) : cfg_(cfg) {
                                        hosts->deliver(h, p, f, wire);
                                        FramePool::give(std::move(f));
                                      }));
+      downlinks_.back()->set_sink_hint({EngineHosts::prefetch_rx, hosts, h, p});
     }
     for (uint32_t l = 0; l < leaves_; ++l) {
       leaf_seed_.push_back(derive_seed(derive_seed(cfg_.seed, kSwitchSeedTag), p * 65536ull + l));
@@ -445,13 +446,17 @@ Link& Fabric::leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t ha
   return leaf_of(dst_host) == l ? downlink(dst_host, p) : leaf_to_spine(p, l, static_cast<uint32_t>(hash % spines_));
 }
 
-void Fabric::prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag) {
+void Fabric::prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag, std::span<const uint8_t>,
+                               unsigned stage) {
+  if (stage != 0) return;
   auto& f = *const_cast<Fabric*>(static_cast<const Fabric*>(fabric));
   const Route r = route_of_tag(tag, f.leaf_seed_[p * f.leaves_ + l]);
   if (tag && r.dst_host < f.cfg_.hosts) f.leaf_egress(p, l, r.dst_host, r.hash).prefetch();
 }
 
-void Fabric::prefetch_spine_hop(const void* fabric, uint32_t p, uint32_t s, uint64_t tag) {
+void Fabric::prefetch_spine_hop(const void* fabric, uint32_t p, uint32_t s, uint64_t tag, std::span<const uint8_t>,
+                                unsigned stage) {
+  if (stage != 0) return;
   auto& f = *const_cast<Fabric*>(static_cast<const Fabric*>(fabric));
   const uint32_t dst = route_of_tag(tag, 0).dst_host;
   if (tag && dst < f.cfg_.hosts) f.spine_egress(p, s, dst).prefetch();

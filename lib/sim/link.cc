@@ -166,7 +166,7 @@ struct Link::Delivery {
       link->prefetch();
       __builtin_prefetch(frame.data());
     } else if (const SinkHint& h = link->sink_hint_; h.fn) {
-      h.fn(h.ctx, h.a, h.b, tag);
+      h.fn(h.ctx, h.a, h.b, tag, frame, stage - 1);
     }
   }
 };

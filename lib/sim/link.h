@@ -90,11 +90,13 @@ class Link {
   Link& operator=(const Link&) = delete;
 
   void set_sink(Sink sink) { sink_ = std::move(sink); }
-  // What the sink will first touch for a frame with `tag` (the next hop's
-  // link, say), for the event loop to load while the event before the
-  // delivery runs. Optional; fn(ctx, a, b, tag).
+  // What the sink will first touch for a frame (the next hop's link, the
+  // host's engine), for the event loop to load while the events before the
+  // delivery run: fn(ctx, a, b, tag, frame, stage), stage 0 first, then 1,
+  // which may read what 0 loaded. Optional.
   struct SinkHint {
-    void (*fn)(const void* ctx, uint32_t a, uint32_t b, uint64_t tag) = nullptr;
+    void (*fn)(const void* ctx, uint32_t a, uint32_t b, uint64_t tag, std::span<const uint8_t> frame,
+               unsigned stage) = nullptr;
     const void* ctx = nullptr;
     uint32_t a = 0, b = 0;
   };

@@ -772,6 +772,48 @@ TEST_CASE("QP state machine: only verbs transitions, attributes checked") {
   CHECK(ack_timeout_ns(Transport::rocev2, 8) == 1048576);
 }
 
+TEST_CASE("prefetching for a frame reads only inside the engine's state and changes nothing") {
+  Pair p(basic());
+  // Frames as they travel, for replaying at the engines' prefetch.
+  std::vector<std::vector<uint8_t>> seen;
+  for (uint32_t pl = 0; pl < p.net.config().planes; ++pl)
+    for (uint32_t h : {0u, 1u})
+      p.net.uplink(h, pl).set_tap(
+          [&seen](std::span<const uint8_t> f, Nanos) { seen.emplace_back(f.begin(), f.end()); });
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 64 * 1024)) == 0);
+  p.net.run_until_idle(p.net.now() + 10'000'000);
+  REQUIRE(seen.size() > 16);
+  for (uint32_t h : {0u, 1u}) {
+    Engine& e = p.net.engine(h);
+    const Engine::PrefetchMap map = e.prefetch_map();
+    const uint32_t qpn = h == 0 ? p.qp.qpn_a : p.qp.qpn_b;
+    CHECK(map.impl != nullptr);
+    CHECK((qpn >= map.first_qpn && qpn - map.first_qpn < map.qp_count));
+    const auto before = e.counters().v;
+    QpInfo qi_before, qi_after;
+    REQUIRE(e.qp_info(qpn, qi_before));
+    // Whole frames, every truncation of the first few, and ones naming
+    // every QPN byte pattern (most not this engine's).
+    std::vector<std::vector<uint8_t>> frames = seen;
+    for (size_t n = 0; n < 80; ++n)
+      frames.emplace_back(seen[n % 4].begin(), seen[n % 4].begin() + std::min(n, seen[n % 4].size()));
+    for (uint32_t b = 0; b < 256; ++b) {
+      std::vector<uint8_t> f = seen[b % seen.size()];
+      for (size_t i = 42; i < std::min<size_t>(f.size(), 54); ++i) f[i] = static_cast<uint8_t>(b * 31 + i);
+      frames.push_back(std::move(f));
+    }
+    for (const auto& f : frames)
+      for (unsigned stage : {0u, 1u}) Engine::prefetch_rx(map, f, stage);
+    Engine::prefetch_rx({}, seen.front(), 1);  // no map: nothing to do
+    CHECK(e.counters().v == before);
+    REQUIRE(e.qp_info(qpn, qi_after));
+    CHECK(qi_after.ctr.v == qi_before.ctr.v);
+    CHECK(
+        std::tie(qi_after.state, qi_after.snd_una, qi_after.snd_nxt, qi_after.rcv_cack, qi_after.inflight_bytes) ==
+        std::tie(qi_before.state, qi_before.snd_una, qi_before.snd_nxt, qi_before.rcv_cack, qi_before.inflight_bytes));
+  }
+}
+
 TEST_CASE("malformed and foreign frames are counted and dropped") {
   sim::TestNet net(basic());
   Engine& e = net.engine(0);

@@ -165,18 +165,23 @@ struct Traced {
   void prefetch(unsigned stage) const { log->emplace_back(id, static_cast<int>(stage)); }
 };
 
-TEST_CASE("EventLoop asks the events after the running one to prefetch, the nearer one stage deeper") {
+TEST_CASE("EventLoop asks the events after the running one to prefetch, the nearer ones stages deeper") {
   EventLoop loop;
   std::vector<std::pair<int, int>> log;
-  for (int id = 1; id <= 4; ++id) loop.at(10, Traced{&log, id});
-  loop.at(11, Traced{&log, 5});  // another bucket: not looked ahead to
+  for (int id = 1; id <= 6; ++id) loop.at(10, Traced{&log, id});
+  loop.at(11, Traced{&log, 7});  // another bucket: not looked ahead to
   sim::Callback plain = [] {};
   plain.prefetch(0);  // a callable without prefetch(): nothing to do
+  // Stage 2 one event ahead, stage 1 two, stage 0 four (EventLoop::kStageDistance).
   CHECK(loop.step());
-  CHECK(log == std::vector<std::pair<int, int>>{{2, 1}, {3, 0}, {1, -1}});
+  CHECK(log == std::vector<std::pair<int, int>>{{2, 2}, {3, 1}, {5, 0}, {1, -1}});
+  log.clear();
+  CHECK(loop.step());
+  CHECK(log == std::vector<std::pair<int, int>>{{3, 2}, {4, 1}, {6, 0}, {2, -1}});
   log.clear();
   CHECK(loop.run_until_idle());
-  CHECK(log == std::vector<std::pair<int, int>>{{3, 1}, {4, 0}, {2, -1}, {4, 1}, {3, -1}, {4, -1}, {5, -1}});
+  CHECK(log == std::vector<std::pair<int, int>>{
+                   {4, 2}, {5, 1}, {3, -1}, {5, 2}, {6, 1}, {4, -1}, {6, 2}, {5, -1}, {6, -1}, {7, -1}});
 }
 
 TEST_CASE("EventLoop runs near and far events, cancels and nested schedules in (time, insertion) order") {
