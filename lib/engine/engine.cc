@@ -785,12 +785,42 @@ void Engine::prefetch_rx(const PrefetchMap& m, std::span<const uint8_t> frame, u
     return;
   }
   if (qp.on_active_list && qp.active_pos < I.active_sched.size()) __builtin_prefetch(&I.active_sched[qp.active_pos]);
+  if (!data && qp.cc) prefetch_range(qp.cc.get(), reinterpret_cast<const char*>(qp.cc.get()) + 127);
   if (data) {
     const uint32_t bit = bth.psn() & qp.rcv_bits_mask;
     if ((bit >> 6) < qp.rcv_bits.size()) __builtin_prefetch(&qp.rcv_bits[bit >> 6]);
   } else if (!qp.win.empty()) {
     __builtin_prefetch(&qp.win[qp.snd_una & qp.win_mask]);
   }
+}
+
+// poll() walks the schedule, then the QP whose turn it is sends: its
+// window, congestion control and spray sets.
+void Engine::prefetch_poll(const PrefetchMap& m, unsigned stage) {
+  if (!m.impl) return;
+  const Impl& I = *static_cast<const Impl*>(m.impl);
+  if (stage == 0) {
+    for (const void* p : {static_cast<const void*>(&I.last_now), static_cast<const void*>(&I.active_qps),
+                          static_cast<const void*>(&I.tx_turn_qpn), static_cast<const void*>(&I.sched_summary)})
+      __builtin_prefetch(p);
+    return;
+  }
+  const uint32_t i = I.tx_turn_qpn - m.first_qpn;
+  const Qp* qp = i < m.qp_count ? static_cast<const Qp*>(m.qps) + i : nullptr;
+  if (stage == 1) {
+    if (!I.active_sched.empty())
+      prefetch_range(I.active_sched.data(), I.active_sched.data() + std::min<size_t>(I.active_sched.size(), 8) - 1);
+    if (qp) {
+      for (const void* p :
+           {static_cast<const void*>(qp), static_cast<const void*>(&qp->sq), static_cast<const void*>(&qp->snd_nxt),
+            static_cast<const void*>(&qp->cc), static_cast<const void*>(&qp->evs)})
+        __builtin_prefetch(p);
+      prefetch_range(&qp->active, &qp->plane_inflight);
+    }
+    return;
+  }
+  if (qp && qp->cc) prefetch_range(qp->cc.get(), reinterpret_cast<const char*>(qp->cc.get()) + 127);
+  if (qp && !qp->sq.empty()) __builtin_prefetch(&qp->sq[qp->sq_send & qp->sq_mask]);
 }
 
 bool Engine::schedule_consistent() const {

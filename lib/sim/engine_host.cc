@@ -250,13 +250,16 @@ void EngineHosts::prefetch_rx(const void* hosts, uint32_t h, uint32_t, uint64_t,
   const auto& self = *static_cast<const EngineHosts*>(hosts);
   if (h >= self.prefetch_.size()) return;
   const PrefetchEntry& e = self.prefetch_[h];
-  if (stage == 0) {
-    __builtin_prefetch(e.host);
-    __builtin_prefetch(&e.host->engine_);
-    __builtin_prefetch(&e.host->poll_at_);
-    __builtin_prefetch(e.engine);
-  }
+  if (stage == 0) self.prefetch_host(e);
   engine::Engine::prefetch_rx(e.map, frame, stage);
+  engine::Engine::prefetch_poll(e.map, stage);  // on_rx() ends with a poll()
+}
+
+void EngineHosts::prefetch_host(const PrefetchEntry& e) const {
+  __builtin_prefetch(e.host);
+  __builtin_prefetch(&e.host->engine_);
+  __builtin_prefetch(&e.host->poll_at_);
+  __builtin_prefetch(e.engine);
 }
 
 EngineHosts::Host& EngineHosts::host(uint32_t h) {
@@ -319,6 +322,23 @@ void EngineHosts::after_engine_call(Host& host) {
   hook_next_ = 0;
 }
 
+// A host's poll timer.
+struct EngineHosts::PollEvent {
+  EngineHosts* hosts;
+  Host* host;
+  uint32_t h;  // host's index, known without loading host
+  void operator()() const {
+    host->poll_at_ = kNever;
+    host->poll_event_ = {};
+    hosts->poll(h);
+  }
+  void prefetch(unsigned stage) const {
+    const PrefetchEntry& e = hosts->prefetch_[h];
+    if (stage == 0) hosts->prefetch_host(e);
+    engine::Engine::prefetch_poll(e.map, stage);
+  }
+};
+
 void EngineHosts::rearm(Host& host) {
   const engine::Engine& e = *host.engine_;
   Nanos t = e.next_deadline();
@@ -344,12 +364,7 @@ void EngineHosts::rearm(Host& host) {
   if (host.poll_at_ <= t) return;  // an earlier poll re-arms when it runs
   loop_.cancel(host.poll_event_);
   host.poll_at_ = t;
-  Host* hp = &host;
-  host.poll_event_ = loop_.at(t, [this, hp] {
-    hp->poll_at_ = kNever;
-    hp->poll_event_ = {};
-    poll(hp->index_);
-  });
+  host.poll_event_ = loop_.at(t, PollEvent{this, &host, host.index_});
 }
 
 QpPair connect_engines(engine::Engine& a, engine::Engine& b, const engine::QpAttr& base, uint32_t pd_a, uint32_t pd_b,

@@ -141,6 +141,7 @@ class EngineHosts {
   Nanos now() const { return loop_.now(); }
   void after_engine_call(Host& host);
   void note_prefetch(const Host& host);
+  struct PollEvent;
   std::span<const uint8_t> expand(std::span<const uint8_t> compact, uint32_t wire_len);
   void rearm(Host& host);
 
@@ -160,6 +161,7 @@ class EngineHosts {
     engine::Engine::PrefetchMap map;
   };
   std::vector<PrefetchEntry> prefetch_;
+  void prefetch_host(const PrefetchEntry& e) const;
   std::vector<uint8_t> rx_frame_;             // compact frames are made whole here
   // Completions waiting for the hook, which must not run inside the engine;
   // shared by all hosts so that a hook's post_send keeps them in order.

@@ -772,7 +772,7 @@ TEST_CASE("QP state machine: only verbs transitions, attributes checked") {
   CHECK(ack_timeout_ns(Transport::rocev2, 8) == 1048576);
 }
 
-TEST_CASE("prefetching for a frame reads only inside the engine's state and changes nothing") {
+TEST_CASE("prefetching for a frame or a poll reads only inside the engine's state and changes nothing") {
   Pair p(basic());
   // Frames as they travel, for replaying at the engines' prefetch.
   std::vector<std::vector<uint8_t>> seen;
@@ -804,7 +804,9 @@ TEST_CASE("prefetching for a frame reads only inside the engine's state and chan
     }
     for (const auto& f : frames)
       for (unsigned stage : {0u, 1u}) Engine::prefetch_rx(map, f, stage);
+    for (unsigned stage : {0u, 1u, 2u}) Engine::prefetch_poll(map, stage);
     Engine::prefetch_rx({}, seen.front(), 1);  // no map: nothing to do
+    Engine::prefetch_poll({}, 2);
     CHECK(e.counters().v == before);
     REQUIRE(e.qp_info(qpn, qi_after));
     CHECK(qi_after.ctr.v == qi_before.ctr.v);
