@@ -5,19 +5,26 @@
 # side by side share the phase (and the memory bus, which both then load).
 # Prints each round's wall times, then the means, and fails if the two
 # builds' outputs differ when --same is given.
-# usage: scripts/bench-sim-ab.sh --base BIN [--new BIN] [--rounds N] [--same] [-- mrc-sim args]
+# --run-alone times the event loop alone (mrc-sim's "the run alone"), not
+# setup, whose page zeroing is most of a short large run's wall time.
+# --in-turn runs the two one after the other instead: side by side they share
+# the caches and the memory bus, which a change in cache misses needs alone.
+# usage: scripts/bench-sim-ab.sh --base BIN [--new BIN] [--rounds N] [--same] [--run-alone] [--in-turn]
+#                                [-- mrc-sim args]
 #   default mrc-sim args: --config config/bench/permutation_128.conf
 # To build a base: git worktree add /tmp/base <rev> && (cd /tmp/base && meson setup build &&
 #   ninja -C build app/mrc-sim), then --base /tmp/base/build/app/mrc-sim.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base="" new=build/app/mrc-sim rounds=4 same=0
+base="" new=build/app/mrc-sim rounds=4 same=0 what=wall in_turn=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --base) base=$2; shift 2 ;;
     --new) new=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --same) same=1; shift ;;
+    --run-alone) what="run alone"; shift ;;
+    --in-turn) in_turn=1; shift ;;
     --) shift; break ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
@@ -27,14 +34,20 @@ done
 [ "$(nproc)" -ge 2 ] || { echo "needs two CPUs" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-wall() { grep -o 'wall [0-9.]* s' "$1" | awk '{print $2}'; }
+wall() { grep -o "$what [0-9.]* s" "$1" | awk '{print $(NF - 1)}'; }
 walls=""
 for i in $(seq "$rounds"); do
   ca=$((i % 2)) cb=$(((i + 1) % 2))
-  taskset -c "$ca" "$base" "$@" >"$work/a.json" 2>"$work/a.err" &
-  pid=$!
-  taskset -c "$cb" "$new" "$@" >"$work/b.json" 2>"$work/b.err" || { cat "$work/b.err" >&2; exit 1; }
-  wait "$pid" || { cat "$work/a.err" >&2; exit 1; }
+  if [ "$in_turn" = 1 ]; then
+    ca=all cb=all
+    "$base" "$@" >"$work/a.json" 2>"$work/a.err" || { cat "$work/a.err" >&2; exit 1; }
+    "$new" "$@" >"$work/b.json" 2>"$work/b.err" || { cat "$work/b.err" >&2; exit 1; }
+  else
+    taskset -c "$ca" "$base" "$@" >"$work/a.json" 2>"$work/a.err" &
+    pid=$!
+    taskset -c "$cb" "$new" "$@" >"$work/b.json" 2>"$work/b.err" || { cat "$work/b.err" >&2; exit 1; }
+    wait "$pid" || { cat "$work/a.err" >&2; exit 1; }
+  fi
   a=$(wall "$work/a.err") b=$(wall "$work/b.err")
   echo "round $i: base ${a} s (cpu $ca)   new ${b} s (cpu $cb)"
   walls="$walls $a $b"
