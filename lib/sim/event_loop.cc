@@ -207,13 +207,23 @@ void EventLoop::advance(Nanos t) {
   pull_far();
 }
 
-void Mailbox::deliver_to(EventLoop& loop) {
-  for (auto& [t, fn] : items_) {
+void Mailbox::deliver(Batch& b, EventLoop& loop) {
+  for (auto& [t, fn] : b.items) {
     assert(t >= loop.now());
     loop.at(t, std::move(fn));
   }
-  items_.clear();
-  earliest_ = kNever;
+  b.items.clear();
+  b.earliest = kNever;
+}
+
+void Mailbox::deliver_to(EventLoop& loop) {
+  deliver(batch_[open_ ^ 1], loop);  // the older posts first
+  deliver(batch_[open_], loop);
+}
+
+void Mailbox::close_window() {
+  assert(batch_[open_ ^ 1].items.empty());
+  open_ ^= 1;
 }
 
 bool EventLoop::run_until(Nanos t) {

@@ -232,19 +232,33 @@ class EventLoop {
 
 // Events for a loop that another thread runs: kept here by the thread that
 // posts them until the two meet, then scheduled there in the order posted.
+// Posts go to the open batch. Between windows, close_window() seals it, so
+// that in the next window the receiving thread may take the sealed batch
+// (deliver_closed_to) while the sender posts to a new one.
 class Mailbox {
  public:
   void post(Nanos t, Callback fn) {
-    earliest_ = std::min(earliest_, t);
-    items_.emplace_back(t, std::move(fn));
+    Batch& b = batch_[open_];
+    b.earliest = std::min(b.earliest, t);
+    b.items.emplace_back(t, std::move(fn));
   }
-  Nanos earliest() const { return earliest_; }
-  // Every event must be due no sooner than the loop's clock.
+  // Everything not yet delivered.
+  Nanos earliest() const { return std::min(batch_[0].earliest, batch_[1].earliest); }
+  // The sealed batch must have been delivered.
+  void close_window();
+  // Every event must be due no sooner than the loop's clock. All of them:
   void deliver_to(EventLoop& loop);
+  // Only the sealed batch, which no thread is posting to.
+  void deliver_closed_to(EventLoop& loop) { deliver(batch_[open_ ^ 1], loop); }
 
  private:
-  std::vector<std::pair<Nanos, Callback>> items_;
-  Nanos earliest_ = kNever;
+  struct Batch {
+    std::vector<std::pair<Nanos, Callback>> items;
+    Nanos earliest = kNever;
+  };
+  static void deliver(Batch& b, EventLoop& loop);
+  Batch batch_[2];
+  unsigned open_ = 0;
 };
 
 }  // namespace mrc::sim

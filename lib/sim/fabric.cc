@@ -363,6 +363,9 @@ void Fabric::run_part(Part& part, Nanos end) {
       running_loop = nullptr;
     }
   } leave;
+  // What crossed in the last window, on this partition's thread: the
+  // partitions that sent it now post to a new batch.
+  for (Mailbox& m : part.inbox) m.deliver_closed_to(*part.loop);
   part.loop->run_until(end);
 }
 
@@ -376,14 +379,19 @@ void Fabric::run_window(Nanos end) {
 
 // Windows: every partition runs from the earliest event due anywhere to a
 // lookahead later (less a nanosecond), so that nothing one sends another
-// can be due inside the window. Then, with every thread stopped, the frames
-// that crossed join their loops, in the order of the partitions that sent
-// them, and control events due next run on this thread.
+// can be due inside the window. What crossed joins its loop at the start of
+// the next window, on that partition's thread, in the order of the
+// partitions that sent it. Before control events run on this thread, or the
+// run returns, it joins them here, in the same order.
 bool Fabric::run_partitioned(Nanos limit, bool until_idle) {
   stop_ = false;
   auto deliver_mail = [&] {
     for (auto& part : parts_)
       for (Mailbox& m : part->inbox) m.deliver_to(*part->loop);
+  };
+  auto close_window = [&] {
+    for (auto& part : parts_)
+      for (Mailbox& m : part->inbox) m.close_window();
   };
   auto advance_all = [&](Nanos t) {
     if (t == kNever) return;
@@ -392,9 +400,13 @@ bool Fabric::run_partitioned(Nanos limit, bool until_idle) {
   };
   for (;;) {
     Nanos tp = kNever;
-    for (const auto& part : parts_) tp = std::min(tp, part->loop->next_time());
+    for (const auto& part : parts_) {
+      tp = std::min(tp, part->loop->next_time());
+      for (const Mailbox& m : part->inbox) tp = std::min(tp, m.earliest());
+    }
     const Nanos tc = loop_.next_time();
     if (tc != kNever && tc <= tp && tc <= limit) {
+      deliver_mail();
       for (auto& part : parts_) part->loop->advance(tc);
       loop_.run_until(tc);
       deliver_mail();
@@ -406,6 +418,7 @@ bool Fabric::run_partitioned(Nanos limit, bool until_idle) {
       return true;
     }
     if (tp > limit) {
+      deliver_mail();
       advance_all(limit);
       return !until_idle;
     }
@@ -413,8 +426,11 @@ bool Fabric::run_partitioned(Nanos limit, bool until_idle) {
     if (tc != kNever) end = std::min(end, tc - 1);
     run_window(end);
     loop_.advance(end);
-    deliver_mail();
-    if (stop_) return false;
+    close_window();
+    if (stop_) {
+      deliver_mail();
+      return false;
+    }
   }
 }
 
