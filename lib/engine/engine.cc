@@ -6,6 +6,7 @@
 #include <bit>
 
 #include "engine/engine_impl.h"
+#include "engine/prefetch.h"
 #include "wire/icrc.h"
 #include "wire/psn.h"
 
@@ -742,12 +743,9 @@ size_t guess_bth(std::span<const uint8_t> f) {
   return bth && f.size() >= bth + kBthLen ? bth : 0;
 }
 
-// Every cache line of [first, last].
-void prefetch_range(const void* first, const void* last) {
-  const auto a = reinterpret_cast<uintptr_t>(first) & ~uintptr_t(63);
-  for (uintptr_t p = a; p <= reinterpret_cast<uintptr_t>(last); p += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(p));
-}
+// What a QP's congestion control reads per ACK and per packet sent lies in
+// its first two lines.
+constexpr size_t kCcBytes = 128;
 
 }  // namespace
 
@@ -774,7 +772,8 @@ void Engine::prefetch_rx(const PrefetchMap& m, std::span<const uint8_t> frame, u
       __builtin_prefetch(p);
     if (data) {
       __builtin_prefetch(&qp.ctr.v[size_t(QpCtr::rx_data_pkts)]);
-      prefetch_range(&qp.rcv_cack, &qp.cnp_sent);
+      prefetch_bytes(&qp.rcv_cack,
+                     reinterpret_cast<const char*>(&qp.cnp_sent + 1) - reinterpret_cast<const char*>(&qp.rcv_cack));
     } else {
       for (const void* p : {static_cast<const void*>(&qp.win), static_cast<const void*>(&qp.srtt),
                             static_cast<const void*>(&qp.rack_sent_at), static_cast<const void*>(&qp.tlp_at),
@@ -785,7 +784,7 @@ void Engine::prefetch_rx(const PrefetchMap& m, std::span<const uint8_t> frame, u
     return;
   }
   if (qp.on_active_list && qp.active_pos < I.active_sched.size()) __builtin_prefetch(&I.active_sched[qp.active_pos]);
-  if (!data && qp.cc) prefetch_range(qp.cc.get(), reinterpret_cast<const char*>(qp.cc.get()) + 127);
+  if (!data && qp.cc) prefetch_bytes(qp.cc.get(), kCcBytes);
   if (data) {
     const uint32_t bit = bth.psn() & qp.rcv_bits_mask;
     if ((bit >> 6) < qp.rcv_bits.size()) __builtin_prefetch(&qp.rcv_bits[bit >> 6]);
@@ -809,17 +808,18 @@ void Engine::prefetch_poll(const PrefetchMap& m, unsigned stage) {
   const Qp* qp = i < m.qp_count ? static_cast<const Qp*>(m.qps) + i : nullptr;
   if (stage == 1) {
     if (!I.active_sched.empty())
-      prefetch_range(I.active_sched.data(), I.active_sched.data() + std::min<size_t>(I.active_sched.size(), 8) - 1);
+      prefetch_bytes(I.active_sched.data(), std::min<size_t>(I.active_sched.size(), 8) * sizeof(Impl::QpSchedule));
     if (qp) {
       for (const void* p :
            {static_cast<const void*>(qp), static_cast<const void*>(&qp->sq), static_cast<const void*>(&qp->snd_nxt),
             static_cast<const void*>(&qp->cc), static_cast<const void*>(&qp->evs)})
         __builtin_prefetch(p);
-      prefetch_range(&qp->active, &qp->plane_inflight);
+      prefetch_bytes(&qp->active, reinterpret_cast<const char*>(&qp->plane_inflight + 1) -
+                                      reinterpret_cast<const char*>(&qp->active));
     }
     return;
   }
-  if (qp && qp->cc) prefetch_range(qp->cc.get(), reinterpret_cast<const char*>(qp->cc.get()) + 127);
+  if (qp && qp->cc) prefetch_bytes(qp->cc.get(), kCcBytes);
   if (qp && !qp->sq.empty()) __builtin_prefetch(&qp->sq[qp->sq_send & qp->sq_mask]);
 }
 

@@ -5,6 +5,8 @@
 #include <cassert>
 #include <utility>
 
+#include "engine/prefetch.h"
+
 namespace mrc::sim {
 namespace {
 
@@ -149,12 +151,7 @@ Nanos EventLoop::next_time() const {
 void EventLoop::prefetch_after(uint32_t next) const {
   for (unsigned d = 1; d <= kSlotDistance && next != kNone; ++d) {
     const Slot& s = slot_at(next);
-    if (d == kSlotDistance) {
-      const char* line = reinterpret_cast<const char*>(&s);
-      __builtin_prefetch(line);
-      __builtin_prefetch(line + sizeof(Slot) - 1);
-      return;
-    }
+    if (d == kSlotDistance) return engine::prefetch_bytes(&s, sizeof(Slot));
     for (unsigned stage = 0; stage < kStageDistance.size(); ++stage)
       if (kStageDistance[stage] == d) s.fn.prefetch(stage);
     next = s.next;

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/prefetch.h"
 #include "sim/event_loop.h"
 
 namespace mrc::sim {
@@ -102,10 +103,7 @@ class Link {
   };
   void set_sink_hint(const SinkHint& hint) { sink_hint_ = hint; }
   // Starts loading the link's state (what send() and a delivery read).
-  void prefetch() const {
-    const char* p = reinterpret_cast<const char*>(this);
-    for (size_t off = 0; off < sizeof(Link); off += 64) __builtin_prefetch(p + off);
-  }
+  void prefetch() const { engine::prefetch_bytes(this, sizeof(Link)); }
   // Sees every frame the link delivers, as it arrives (a capture at its far
   // end): the bytes that travel, which for a compact frame stop short.
   using Tap = std::function<void(std::span<const uint8_t> frame, Nanos t)>;
