@@ -749,6 +749,7 @@ constexpr size_t kCcBytes = 128;
 
 }  // namespace
 
+// Impl and its QP table are made once, in the constructor.
 Engine::PrefetchMap Engine::prefetch_map() const {
   return {impl_.get(), impl_->qps.data(), impl_->first_qpn, static_cast<uint32_t>(impl_->qps.size())};
 }

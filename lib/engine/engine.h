@@ -247,8 +247,8 @@ class Engine {
   // start those loads early, while other work runs: prefetch_rx(map, frame,
   // 0) the engine's fields and the QP the frame names, then, once those have
   // arrived, prefetch_rx(map, frame, 1) that QP's state at the frame's PSN.
-  // The map goes stale when QPs are created; a stale map loads the wrong
-  // lines, nothing worse. Neither call changes anything.
+  // The map holds for the engine's life (its QP table never moves).
+  // Neither call changes anything.
   struct PrefetchMap {
     const void* impl = nullptr;
     const void* qps = nullptr;

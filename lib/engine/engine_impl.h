@@ -264,7 +264,7 @@ struct Engine::Impl {
   Rng rng;
   Counters<DevCtr> ctr;
   std::vector<Mr> mrs;
-  std::vector<Qp> qps;  // index = qpn - first_qpn
+  std::vector<Qp> qps;  // index = qpn - first_qpn; sized once, never moves (Engine::PrefetchMap)
   std::vector<uint32_t> active_qps;
   // What poll(), next_deadline() and wants_tx() ask of each active QP, kept
   // beside active_qps (same index). Whatever works on a QP marks its entry

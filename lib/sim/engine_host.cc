@@ -238,11 +238,7 @@ void EngineHosts::add_as(uint32_t h, const engine::EngineConfig& tmpl, uint64_t 
   host->engine_ = std::make_unique<engine::Engine>(ec, *host);
   hosts_[h] = std::move(host);
   if (h >= prefetch_.size()) prefetch_.resize(size_t(h) + 1);
-  note_prefetch(*hosts_[h]);
-}
-
-void EngineHosts::note_prefetch(const Host& host) {
-  prefetch_[host.index_] = {&host, host.engine_.get(), host.engine_->prefetch_map()};
+  prefetch_[h] = {hosts_[h].get(), hosts_[h]->engine_.get(), hosts_[h]->engine_->prefetch_map()};
 }
 
 void EngineHosts::prefetch_rx(const void* hosts, uint32_t h, uint32_t, uint64_t, std::span<const uint8_t> frame,
@@ -311,7 +307,6 @@ void EngineHosts::poll(uint32_t h) {
 
 void EngineHosts::after_engine_call(Host& host) {
   rearm(host);
-  note_prefetch(host);
   // A hook may post_send, which lands back here; the shared index makes the
   // nested call drain what is left, in order.
   while (hook_next_ < hook_queue_.size()) {

@@ -140,7 +140,6 @@ class EngineHosts {
 
   Nanos now() const { return loop_.now(); }
   void after_engine_call(Host& host);
-  void note_prefetch(const Host& host);
   struct PollEvent;
   std::span<const uint8_t> expand(std::span<const uint8_t> compact, uint32_t wire_len);
   void rearm(Host& host);
@@ -153,8 +152,8 @@ class EngineHosts {
   TxTagger tagger_ = nullptr;
   bool room_cache_ = true;
   std::vector<std::unique_ptr<Host>> hosts_;  // [host index]; the engines hold references to them
-  // [host index] where each host's engine keeps its state, refreshed after
-  // every call into it, for prefetch_rx(); hosts_ would be a load away.
+  // [host index] where each host and its engine keep their state, for
+  // prefetch_rx() and the poll timer: hosts_ would be a load away.
   struct PrefetchEntry {
     const Host* host = nullptr;
     const engine::Engine* engine = nullptr;
