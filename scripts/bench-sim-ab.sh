@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$base" ] || { echo "--base BIN is required" >&2; exit 2; }
 [ $# -gt 0 ] || set -- --config config/bench/permutation_128.conf
-[ "$(nproc)" -ge 2 ] || { echo "needs two CPUs" >&2; exit 2; }
+[ "$in_turn" = 1 ] || [ "$(nproc)" -ge 2 ] || { echo "needs two CPUs (or --in-turn)" >&2; exit 2; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 wall() { grep -o "$what [0-9.]* s" "$1" | awk '{print $(NF - 1)}'; }
@@ -39,9 +39,12 @@ walls=""
 for i in $(seq "$rounds"); do
   ca=$((i % 2)) cb=$(((i + 1) % 2))
   if [ "$in_turn" = 1 ]; then
+    # Which goes first alternates, as the CPUs do side by side.
     ca=all cb=all
-    "$base" "$@" >"$work/a.json" 2>"$work/a.err" || { cat "$work/a.err" >&2; exit 1; }
-    "$new" "$@" >"$work/b.json" 2>"$work/b.err" || { cat "$work/b.err" >&2; exit 1; }
+    for which in $([ $((i % 2)) = 1 ] && echo "a b" || echo "b a"); do
+      bin=$base; [ "$which" = b ] && bin=$new
+      "$bin" "$@" >"$work/$which.json" 2>"$work/$which.err" || { cat "$work/$which.err" >&2; exit 1; }
+    done
   else
     taskset -c "$ca" "$base" "$@" >"$work/a.json" 2>"$work/a.err" &
     pid=$!

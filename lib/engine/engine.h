@@ -255,10 +255,10 @@ class Engine {
     uint32_t first_qpn = 0;
     uint32_t qp_count = 0;
   };
-  // Likewise for what poll() reads first, in three stages: the engine's
-  // fields, then the QP whose turn it is to send, then what that leads to.
   PrefetchMap prefetch_map() const;
   static void prefetch_rx(const PrefetchMap& map, std::span<const uint8_t> frame, unsigned stage);
+  // Likewise for what poll() reads first, in three stages: the engine's
+  // fields, then the QP whose turn it is to send, then what that leads to.
   static void prefetch_poll(const PrefetchMap& map, unsigned stage);
 
   // Introspection.

@@ -176,7 +176,8 @@ struct Qp {
   std::vector<wire::FrameTemplate> tmpl;       // [plane * 2 + with_imm]
   std::vector<wire::FrameTemplate> sack_tmpl;  // [plane], MRC responder
 
-  // EVs.
+  // EVs. Engine::prefetch_poll() loads `active` to `plane_inflight` as one
+  // range.
   std::vector<Ev> evs;
   std::vector<EvCold> ev_cold;
   std::array<std::vector<uint16_t>, kMaxPlanes> active{};   // spray set per plane
@@ -197,7 +198,8 @@ struct Qp {
   uint32_t rocev2_sport = 0;
   uint8_t rocev2_plane = 0;
 
-  // Responder.
+  // Responder, from rcv_cack to cnp_sent: Engine::prefetch_rx() loads them
+  // as one range.
   uint32_t rcv_cack = 0;  // last PSN received in order
   uint32_t rcv_window = 0;
   std::vector<uint64_t> rcv_bits;  // bit (psn & mask): received beyond cack

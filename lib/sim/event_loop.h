@@ -246,7 +246,8 @@ class Mailbox {
   Nanos earliest() const { return std::min(batch_[0].earliest, batch_[1].earliest); }
   // The sealed batch must have been delivered.
   void close_window();
-  // Every event must be due no sooner than the loop's clock. All of them:
+  // Schedules every event not yet delivered, in the order posted; each must
+  // be due no sooner than the loop's clock.
   void deliver_to(EventLoop& loop);
   // Only the sealed batch, which no thread is posting to.
   void deliver_closed_to(EventLoop& loop) { deliver(batch_[open_ ^ 1], loop); }

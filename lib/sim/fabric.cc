@@ -458,14 +458,14 @@ void Fabric::leaf_rx(uint32_t p, uint32_t l, std::vector<uint8_t> frame, uint64_
   leaf_egress(p, l, r.dst_host, r.hash).send(std::move(frame), tag, wire_len);
 }
 
-Link& Fabric::leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t hash) {
+Link& Fabric::leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t hash) const {
   return leaf_of(dst_host) == l ? downlink(dst_host, p) : leaf_to_spine(p, l, static_cast<uint32_t>(hash % spines_));
 }
 
 void Fabric::prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag, std::span<const uint8_t>,
                                unsigned stage) {
   if (stage != 0) return;
-  auto& f = *const_cast<Fabric*>(static_cast<const Fabric*>(fabric));
+  const auto& f = *static_cast<const Fabric*>(fabric);
   const Route r = route_of_tag(tag, f.leaf_seed_[p * f.leaves_ + l]);
   if (tag && r.dst_host < f.cfg_.hosts) f.leaf_egress(p, l, r.dst_host, r.hash).prefetch();
 }
@@ -473,7 +473,7 @@ void Fabric::prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint6
 void Fabric::prefetch_spine_hop(const void* fabric, uint32_t p, uint32_t s, uint64_t tag, std::span<const uint8_t>,
                                 unsigned stage) {
   if (stage != 0) return;
-  auto& f = *const_cast<Fabric*>(static_cast<const Fabric*>(fabric));
+  const auto& f = *static_cast<const Fabric*>(fabric);
   const uint32_t dst = route_of_tag(tag, 0).dst_host;
   if (tag && dst < f.cfg_.hosts) f.spine_egress(p, s, dst).prefetch();
 }

@@ -87,11 +87,13 @@ class Fabric {
   engine::PlaneAddr addr(uint32_t h, uint32_t p) const;
   std::array<engine::PlaneAddr, engine::kMaxPlanes> addrs(uint32_t h) const;
 
-  Link& uplink(uint32_t h, uint32_t p) { return *uplinks_[p * cfg_.hosts + h]; }
-  Link& downlink(uint32_t h, uint32_t p) { return *downlinks_[p * cfg_.hosts + h]; }
+  // The links are the Fabric's but not part of its value: const only keeps
+  // the topology fixed (the prefetch hints route on a const Fabric).
+  Link& uplink(uint32_t h, uint32_t p) const { return *uplinks_[p * cfg_.hosts + h]; }
+  Link& downlink(uint32_t h, uint32_t p) const { return *downlinks_[p * cfg_.hosts + h]; }
   // Leaf-spine links of a plane, indexed l * spines + s.
-  Link& leaf_to_spine(uint32_t p, uint32_t l, uint32_t s) { return *to_spine_[(p * leaves_ + l) * spines_ + s]; }
-  Link& spine_to_leaf(uint32_t p, uint32_t l, uint32_t s) { return *to_leaf_[(p * leaves_ + l) * spines_ + s]; }
+  Link& leaf_to_spine(uint32_t p, uint32_t l, uint32_t s) const { return *to_spine_[(p * leaves_ + l) * spines_ + s]; }
+  Link& spine_to_leaf(uint32_t p, uint32_t l, uint32_t s) const { return *to_leaf_[(p * leaves_ + l) * spines_ + s]; }
   // Every leaf-spine link (both directions), for utilization.
   const std::vector<std::unique_ptr<Link>>& leaf_to_spine_links() const { return to_spine_; }
   const std::vector<std::unique_ptr<Link>>& spine_to_leaf_links() const { return to_leaf_; }
@@ -154,8 +156,8 @@ class Fabric {
   void spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len);
   // The link a frame for dst_host with ECMP hash `hash` leaves leaf l or
   // spine s by.
-  Link& leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t hash);
-  Link& spine_egress(uint32_t p, uint32_t s, uint32_t dst_host) { return spine_to_leaf(p, leaf_of(dst_host), s); }
+  Link& leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t hash) const;
+  Link& spine_egress(uint32_t p, uint32_t s, uint32_t dst_host) const { return spine_to_leaf(p, leaf_of(dst_host), s); }
   // Link::SinkHint functions: load the next hop of a tagged frame.
   static void prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag, std::span<const uint8_t>,
                                 unsigned stage);

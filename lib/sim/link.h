@@ -90,7 +90,11 @@ class Link {
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
 
-  void set_sink(Sink sink) { sink_ = std::move(sink); }
+  // A new sink drops the old one's hint (set_sink_hint).
+  void set_sink(Sink sink) {
+    sink_ = std::move(sink);
+    sink_hint_ = {};
+  }
   // What the sink will first touch for a frame (the next hop's link, the
   // host's engine), for the event loop to load while the events before the
   // delivery run: fn(ctx, a, b, tag, frame, stage), stage 0 first, then 1,

@@ -327,18 +327,18 @@ TEST_CASE("A mailbox seals a window's posts, hands over only those, and keeps wh
   std::vector<int> ran;
   mail.post(40, [&] { ran.push_back(1); });
   mail.close_window();                       // window 1 ends: its posts are sealed
-  mail.post(35, [&] { ran.push_back(2); });  // window 2 posts while they are taken
-  CHECK(mail.earliest() == 35);
+  mail.post(40, [&] { ran.push_back(2); });  // window 2 posts while they are taken
+  CHECK(mail.earliest() == 40);
   mail.deliver_closed_to(loop);
   CHECK(loop.pending() == 1);
-  CHECK(mail.earliest() == 35);
+  CHECK(mail.earliest() == 40);
   mail.close_window();
   mail.post(40, [&] { ran.push_back(3); });
   mail.deliver_to(loop);  // everything: the sealed batch, then the open one
   CHECK(mail.earliest() == sim::kNever);
   CHECK(loop.pending() == 3);
   CHECK(loop.run_until_idle());
-  CHECK(ran == std::vector<int>{2, 1, 3});
+  CHECK(ran == std::vector<int>{1, 2, 3});  // at one time, in the order posted
 }
 
 TEST_CASE("A link whose far end is another loop's posts its deliveries there") {
