@@ -1419,16 +1419,24 @@ TEST_CASE("a fabric cut into partitions runs the same on one thread as on two, a
 
 // Two partitions of two leaves each: leaf 0 -> spine 1 crosses from the
 // first to the second, spine 1 -> leaf 2 stays in the second.
-TEST_CASE("a partitioned fabric keeps time: frames cross on time, control events find every clock at theirs") {
+namespace {
+// Four hosts, a leaf each, in two partitions on two threads; 100 Gb/s
+// links, so a 1250-byte frame takes 100 ns.
+sim::Fabric::Config two_part_fabric() {
   sim::Fabric::Config cfg;
   cfg.hosts = 4;
   cfg.hosts_per_leaf = 1;
   cfg.spines = 2;
   cfg.host_link.delay_ns = 300;
-  cfg.fabric_link.delay_ns = 500;  // 100 Gb/s: a 1250-byte frame takes 100 ns
+  cfg.fabric_link.delay_ns = 500;
   cfg.partitions = 2;
   cfg.threads = 2;
-  sim::Fabric fab(cfg);
+  return cfg;
+}
+}  // namespace
+
+TEST_CASE("a partitioned fabric keeps time: frames cross on time, control events find every clock at theirs") {
+  sim::Fabric fab(two_part_fabric());
   REQUIRE(fab.partitions() == 2);
   REQUIRE(fab.partition_of_host(1) == 0);
   REQUIRE(fab.partition_of_host(2) == 1);
@@ -1459,15 +1467,7 @@ TEST_CASE("a partitioned fabric keeps time: frames cross on time, control events
 }
 
 TEST_CASE("a frame that crossed in a window keeps its place ahead of what a control event schedules after it") {
-  sim::Fabric::Config cfg;
-  cfg.hosts = 4;
-  cfg.hosts_per_leaf = 1;
-  cfg.spines = 2;
-  cfg.host_link.delay_ns = 300;
-  cfg.fabric_link.delay_ns = 500;  // 100 Gb/s: a 1250-byte frame takes 100 ns
-  cfg.partitions = 2;
-  cfg.threads = 2;
-  sim::Fabric fab(cfg);
+  sim::Fabric fab(two_part_fabric());
   REQUIRE(fab.partition_of_host(0) == 0);
   REQUIRE(fab.partition_of_host(2) == 1);
   std::vector<std::pair<int, Nanos>> got;  // which frame, and when
