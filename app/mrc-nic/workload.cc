@@ -129,7 +129,6 @@ struct Workload::Impl {
   std::vector<Flow> flows;
   std::vector<Target> targets;
   std::atomic<bool> posting{false};
-  std::atomic<uint64_t> bytes_done{0};
   std::atomic<uint64_t> errors{0};
   std::string first_error;  // written once, under the error count going 0 -> 1
   int listen_fd = -1, peer_fd = -1;
@@ -138,11 +137,15 @@ struct Workload::Impl {
   Nanos t_start = 0;
   // Kept by the workers, read by the control thread without disturbing them.
   std::atomic<uint32_t> flows_finished{0};
-  std::atomic<Nanos> t_last_completion{0};
 
   struct RequesterApp : dp::ShardApp {
     Impl& w;
     std::vector<Flow*> mine;
+    // Written by this worker alone, so plain stores: a shared atomic add per
+    // completion cost a locked instruction per message and, with several
+    // workers, a cache line they all wrote.
+    alignas(64) std::atomic<uint64_t> bytes_done{0};
+    std::atomic<Nanos> last_completion{0};
     explicit RequesterApp(Impl& i) : w(i) {}
     bool on_poll(dp::Shard& s, Nanos) override {
       if (!w.posting.load(std::memory_order_relaxed)) return false;
@@ -172,9 +175,9 @@ struct Workload::Impl {
         if (c.wr_id != f->completed && w.errors.fetch_add(1) == 0)
           w.first_error = fmt::format("QP {} completed WR {} when WR {} was next", c.qpn, c.wr_id, f->completed);
         ++f->completed;
-        w.t_last_completion.store(now, std::memory_order_relaxed);
+        last_completion.store(now, std::memory_order_relaxed);
         if (c.status == engine::WcStatus::success) {
-          w.bytes_done.fetch_add(c.byte_len, std::memory_order_relaxed);
+          bytes_done.store(bytes_done.load(std::memory_order_relaxed) + c.byte_len, std::memory_order_relaxed);
         } else {
           if (w.errors.fetch_add(1) == 0)
             w.first_error = fmt::format("QP {} message {}: {}", c.qpn, c.wr_id, engine::wc_status_name(c.status));
@@ -570,7 +573,11 @@ void Workload::stop_posting() {
     });
 }
 
-uint64_t Workload::bytes_completed() const { return impl_->bytes_done.load(std::memory_order_relaxed); }
+uint64_t Workload::bytes_completed() const {
+  uint64_t bytes = 0;
+  for (const auto& app : impl_->req_apps) bytes += app->bytes_done.load(std::memory_order_relaxed);
+  return bytes;
+}
 
 namespace {
 // The responder's side of a result: its verification.
@@ -589,7 +596,8 @@ WorkloadResult Workload::finish() {
   WorkloadResult r;
   // The requester's clock stops at its last completion, not when the
   // control thread noticed.
-  const Nanos last = I.t_last_completion.load();
+  Nanos last = 0;
+  for (const auto& app : I.req_apps) last = std::max(last, app->last_completion.load(std::memory_order_relaxed));
   const Nanos t_end = !I.wl.listen && last > I.t_start ? last : I.nic.now();
   r.seconds = double(t_end - I.t_start) / 1e9;
   std::vector<uint64_t> counts;
@@ -599,7 +607,7 @@ WorkloadResult Workload::finish() {
     counts.push_back(c);
     r.messages += c;
   }
-  r.bytes = I.bytes_done.load();
+  r.bytes = bytes_completed();
   if (I.wl.listen) {
     r = I.responder_result(I.remote_counts);
     r.seconds = double(t_end - I.t_start) / 1e9;

@@ -314,6 +314,7 @@ struct Shard::Impl final : engine::Env {
       s.ctr_.inc(ShardCtr::tx_frames, sent);
       s.ctr_.inc(ShardCtr::tx_bytes, bytes);
       s.plane_ctr_[plane].inc(PlaneCtr::tx_frames, sent);
+      if (sent) s.plane_ctr_[plane].inc(PlaneCtr::tx_bursts);
       s.plane_ctr_[plane].inc(PlaneCtr::tx_bytes, bytes);
     }
     if (sent < t.n) std::memmove(t.staged.data(), t.staged.data() + sent, (t.n - sent) * sizeof(rte_mbuf*));
@@ -535,6 +536,7 @@ unsigned Shard::run_once(Nanos now) {
     if (!I.port_usable(q.plane)) continue;
     const uint16_t n =
         I.guarded_burst(q.plane, [&] { return rte_eth_rx_burst(q.port, q.queue, burst.data(), budget); });
+    if (n) plane_ctr_[q.plane].inc(PlaneCtr::rx_bursts);
     for (uint16_t i = 0; i < n; ++i) I.receive(q.plane, burst[i], false);
     work += n;
     budget = static_cast<uint16_t>(budget - n);
