@@ -4,8 +4,14 @@
 #   1. dpdk-testpmd txonly -> rxonly over net_memif, 4 KB frames (the baseline)
 #   2. mrc-nic workload, 4 KB MTU WRITEs over 1 memif plane (the same vdev and
 #      frame size as the baseline), then over 4 planes
-#   3. mrc-nic, 64 B WRITEs: the small-message rate
-# Prints one JSON line per measurement, then a summary with the ratios.
+#   3. mrc-nic, 64 B WRITEs: the small-message rate, with 8 QPs x 64 in flight
+#      and with 2 QPs x 256 (fewer QPs: fewer ACKs per WRITE, as each QP's
+#      ACKs coalesce over more packets)
+# Prints one JSON line per measurement, then a summary with the ratios. Each
+# line carries the cache-line round trip between the two CPUs just before and
+# after the run (build/test/cpu-pair-rtt): the host moves this VM's vCPUs
+# between cores that share a cache (~60-100 ns) and cores that do not
+# (~300 ns), and every rate here follows it.
 # usage: scripts/bench-nic.sh [--seconds N] [--rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +26,7 @@ done
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 nic=build/app/mrc-nic
+rtt() { build/test/cpu-pair-rtt 2>/dev/null | sed -n 's/.*"rtt_ns":\([0-9.]*\).*/\1/p'; }
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -42,7 +49,8 @@ nic_pair() { # label planes requester-args...
     ps+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
     pc+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
   done
-  local eal=(--no-huge -m 1024 --no-pci --no-shconf --log-level='*:error')
+  local eal=(--no-huge -m 1024 --no-pci --no-shconf --log-level='*:error') rtt0 rtt1
+  rtt0=$(rtt)
   timeout 120 "$nic" "${eal[@]}" -l 0,1 "${vs[@]}" -- --device mrc1 "${ps[@]}" --telemetry false \
     --workload write --wl-listen "$port" >"$work/s.json" 2>"$work/s.log" &
   pids+=($!)
@@ -50,13 +58,16 @@ nic_pair() { # label planes requester-args...
   timeout 120 "$nic" "${eal[@]}" --lcores '0@1,1@0' "${vc[@]}" -- --device mrc0 "${pc[@]}" --telemetry false \
     --workload write --wl-connect "127.0.0.1:$port" --wl-seconds "$seconds" "$@" >"$work/c.json" 2>"$work/c.log" || true
   wait "${pids[-1]}" 2>/dev/null || true
-  /usr/bin/python3 - "$work/c.json" "$label" <<'EOF'
+  rtt1=$(rtt)
+  local rc=0
+  /usr/bin/python3 - "$work/c.json" "$label" "$rtt0" "$rtt1" <<'EOF' || rc=$?
 import json, sys
+rtt = [float(x) for x in sys.argv[3:5] if x]
 try:
     j = json.load(open(sys.argv[1]))
 except Exception:
-    print(json.dumps({"tool": "mrc-nic", "label": sys.argv[2], "error": "no summary"}))
-    sys.exit(0)
+    print(json.dumps({"tool": "mrc-nic", "label": sys.argv[2], "error": "no summary", "rtt_ns": rtt}))
+    sys.exit(1)
 w = j["workload"]
 d = j["devices"]["mrc0"]
 data_pkts = d["counters"].get("qp_tx_data_pkts", 0)
@@ -64,16 +75,23 @@ print(json.dumps({"tool": "mrc-nic", "label": sys.argv[2], "size": w["size"], "q
                   "depth": w["depth"], "seconds": round(w["seconds"], 3),
                   "goodput_gbps": round(w["goodput_gbps"], 2), "mops": round(w["mops"], 3),
                   "data_mpps": round(data_pkts / w["seconds"] / 1e6, 3) if w["seconds"] else 0,
-                  "retransmits": d["retransmits"], "integrity_ok": w["integrity_ok"]}))
+                  "retransmits": d["retransmits"], "integrity_ok": w["integrity_ok"], "rtt_ns": rtt}))
 EOF
+  if (( rc != 0 )); then  # keep what the two processes said: a run without a summary is a bug to chase
+    for f in c.log s.log; do echo "--- $label: tail of $f" >&2; tail -n 20 "$work/$f" >&2; done
+  fi
 }
 
 results=$work/results.jsonl
 for ((r = 0; r < rounds; ++r)); do
-  scripts/bench-memif-baseline.sh --size 4096 --seconds "$seconds" 2>/dev/null | tee -a "$results"
+  r0=$(rtt)
+  line=$(scripts/bench-memif-baseline.sh --size 4096 --seconds "$seconds" 2>/dev/null) || line='{"tool":"testpmd","error":"no result"}'
+  r1=$(rtt)
+  echo "${line%\}},\"rtt_ns\":[${r0:-0},${r1:-0}]}" | tee -a "$results"
   nic_pair "4KB-1plane" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
   nic_pair "4KB-4planes" 4 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
   nic_pair "64B-1plane" 1 --wl-size 64 --wl-qps 8 --wl-depth 64 | tee -a "$results"
+  nic_pair "64B-1plane-2qps" 1 --wl-size 64 --wl-qps 2 --wl-depth 256 | tee -a "$results"
 done
 /usr/bin/python3 - "$results" <<'EOF'
 import json, sys
@@ -85,6 +103,7 @@ base = best(lambda r: r.get("tool") == "testpmd", "rx_gbps")
 one = best(lambda r: r.get("label") == "4KB-1plane", "goodput_gbps")
 four = best(lambda r: r.get("label") == "4KB-4planes", "goodput_gbps")
 small = best(lambda r: r.get("label") == "64B-1plane", "mops")
+small2 = best(lambda r: r.get("label") == "64B-1plane-2qps", "mops")
 print()
 print(f"baseline testpmd memif 4 KB frames: {base:.1f} Gb/s per core")
 samples = [g for r in rows if r.get("tool") == "testpmd" for g in r.get("rx_gbps_per_sample", [])]
@@ -94,7 +113,20 @@ if samples:
 if base:
     print(f"mrc-nic 4 KB MTU WRITEs, 1 plane : {one:.1f} Gb/s goodput = {100 * one / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
-print(f"mrc-nic 64 B WRITEs: {small:.3f} Mops per core")
+print(f"mrc-nic 64 B WRITEs, 8 QPs x 64: {small:.3f} Mops per core")
+print(f"mrc-nic 64 B WRITEs, 2 QPs x 256: {small2:.3f} Mops per core")
+def placement(r):
+    v = r.get("rtt_ns", [])
+    return "shared cache" if v and max(v) < 150 else "apart" if v and min(v) >= 150 else "moved"
+print("each run, with the CPUs' placement around it (cpu-pair-rtt: shared cache < 150 ns <= apart):")
+for r in rows:
+    if "rx_gbps" in r:
+        what = f'{r["rx_gbps"]:.1f} Gb/s'
+    elif "mops" in r:
+        what = f'{r["goodput_gbps"]:.1f} Gb/s, {r["mops"]:.3f} Mops'
+    else:
+        what = r.get("error", "?")
+    print(f'  {r.get("label", r.get("tool")):16} {what:26} rtt {r.get("rtt_ns")} -> {placement(r)}')
 # Each round's own ratio too: the baseline swings with the vCPUs' placement
 # (see above), so the spread of these says how much one round's ratio means.
 pairs, base_now = [], None
