@@ -43,9 +43,13 @@ nic_pair() { # label planes requester-args...
   local port vs=() vc=() ps=() pc=()
   port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   rm -f "$work/m.sock"
+  # About 1024 ring slots over all planes: each ring's slots take frames in turn, so more
+  # slots cycle more frame data through the caches (config/nic/memif-requester.conf).
+  local rsize=10 k
+  for ((k = planes; k > 1; k /= 2)); do rsize=$((rsize - 1)); done
   for ((p = 0; p < planes; ++p)); do
-    vs+=(--vdev "net_memif$p,role=server,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192")
-    vc+=(--vdev "net_memif$p,role=client,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192")
+    vs+=(--vdev "net_memif$p,role=server,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize")
+    vc+=(--vdev "net_memif$p,role=client,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize")
     ps+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
     pc+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
   done
