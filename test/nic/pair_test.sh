@@ -48,6 +48,14 @@ if not w["completions_ok"]: bad.append("completions_ok is false")
 if w["errors"]: bad.append(f"{w['errors']} error completions ({w.get('first_error')})")
 if w["bytes"] != want: bad.append(f"moved {w['bytes']} bytes, expected {want}")
 if w["slots_checked"] == 0: bad.append("the responder checked nothing")
+# Burst counters count the bursts that moved frames: at least one per plane that moved any, and
+# never more than its frames.
+for dev, d in j["devices"].items():
+    for p, c in enumerate(d["planes"]):
+        for way in ("rx", "tx"):
+            frames, bursts = c[f"{way}_frames"], c[f"{way}_bursts"]
+            if not (frames == 0) == (bursts == 0) or bursts > frames:
+                bad.append(f"{dev} plane {p}: {bursts} {way} bursts for {frames} frames")
 print(f"{role}: {w['bytes']} B in {w['seconds']:.3f} s = {w['goodput_gbps']:.2f} Gb/s, "
       f"slots checked {w['slots_checked']}, retransmits "
       + ", ".join(f"{d}={v['retransmits']}" for d, v in j["devices"].items()))
