@@ -220,14 +220,9 @@ struct Shard::Impl final : engine::Env {
     m->pkt_len = len;
     transmit(plane, m);
   }
-  // A message's packets leave in order, so the next one's payload usually
-  // follows this one's: start loading it while this frame is finished and
-  // sent. Registered memory is mostly cold here, and with 4 KB pages the
-  // hardware's stream prefetch stops at every packet.
-  void payload_to_frame(uint8_t* frame, const uint8_t* host, uint32_t len) override {
-    std::memcpy(frame, host, len);
-    engine::prefetch_bytes(host + len, len);
-  }
+  // Registered memory is mostly cold here, and with 4 KB pages the
+  // hardware's stream prefetch starts over at every packet.
+  void payload_ahead(const uint8_t* host, uint32_t len) override { engine::prefetch_bytes(host, len); }
   void complete(const engine::Completion& c) override { completions.push_back(c); }
   void qp_error(uint32_t qpn, engine::WcStatus why) override { qp_errors.emplace_back(qpn, why); }
   void endpoint_response(uint32_t plane, uint32_t id, uint8_t op, uint32_t rx_port, engine::Nanos t) override {

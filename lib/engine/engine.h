@@ -44,6 +44,9 @@ class Env {
   // check each placement rather than make it.
   virtual void payload_to_frame(uint8_t* frame, const uint8_t* host, uint32_t len) { std::memcpy(frame, host, len); }
   virtual void payload_to_host(uint8_t* host, const uint8_t* frame, uint32_t len) { std::memcpy(host, frame, len); }
+  // What the next packet of a message will carry, told while this one is
+  // finished and sent, for an environment whose host memory is slow to reach.
+  virtual void payload_ahead(const uint8_t* /*host*/, uint32_t /*len*/) {}
   virtual void complete(const Completion& c) = 0;
   // An EV of a QP changed between GOOD and ASSUMED_BAD (the mrc_ctl EV event):
   // its index in the QP's EV profile and its value.

@@ -256,6 +256,10 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
   // The template holds the addressing; the EV is the per-packet part of it.
   ev_apply(qp.attr.ev.format, qp.evs[ev].value, m);
   if (t.len) env.payload_to_frame(m.payload().data(), e.src + t.offset, t.len);
+  if (!retransmit && !last) {  // first sends go in order: the next packet's payload follows this one's
+    const uint32_t next = t.offset + t.len;
+    env.payload_ahead(e.src + next, std::min(qp.attr.pmtu, e.wr.length - next));
+  }
   seal(m, !rc_has_reth);
   env.tx_send(plane, m.at.size);
 
