@@ -48,14 +48,15 @@ namespace mrc::dp {
   X(host_cqe_dropped, "completions dropped: their CQ had failed")                   \
   X(host_channel_signals, "completion channel events signalled")
 
+// New counters go last: telemetry's /mrc/planes rows list them in this order.
 #define MRC_PLANE_COUNTERS(X)                                               \
   X(rx_frames, "frames received")                                           \
   X(rx_bytes, "bytes received")                                             \
-  X(rx_bursts, "RX bursts that returned frames (frames per burst = ratio)") \
   X(tx_frames, "frames sent")                                               \
   X(tx_bytes, "bytes sent")                                                 \
-  X(tx_bursts, "TX bursts that sent frames (frames per burst = ratio)")     \
-  X(drops, "frames dropped on this plane")
+  X(drops, "frames dropped on this plane")                                  \
+  X(rx_bursts, "RX bursts that returned frames (frames per burst = ratio)") \
+  X(tx_bursts, "TX bursts that sent frames (frames per burst = ratio)")
 
 // Written by the host service's control thread.
 #define MRC_HOST_COUNTERS(X)                                                     \

@@ -48,13 +48,14 @@ if not w["completions_ok"]: bad.append("completions_ok is false")
 if w["errors"]: bad.append(f"{w['errors']} error completions ({w.get('first_error')})")
 if w["bytes"] != want: bad.append(f"moved {w['bytes']} bytes, expected {want}")
 if w["slots_checked"] == 0: bad.append("the responder checked nothing")
-# Burst counters count the bursts that moved frames: at least one per plane that moved any, and
-# never more than its frames.
+# Burst counters count the bursts that moved frames: at least one per plane that moved any, never
+# more than its frames, and never fewer than a full burst each could carry (an RX burst asks for
+# at most 32 frames, a TX burst hands over at most the 128 a plane may stage).
 for dev, d in j["devices"].items():
     for p, c in enumerate(d["planes"]):
-        for way in ("rx", "tx"):
+        for way, most in (("rx", 32), ("tx", 128)):
             frames, bursts = c[f"{way}_frames"], c[f"{way}_bursts"]
-            if not (frames == 0) == (bursts == 0) or bursts > frames:
+            if not (frames == 0) == (bursts == 0) or bursts > frames or frames > bursts * most:
                 bad.append(f"{dev} plane {p}: {bursts} {way} bursts for {frames} frames")
 print(f"{role}: {w['bytes']} B in {w['seconds']:.3f} s = {w['goodput_gbps']:.2f} Gb/s, "
       f"slots checked {w['slots_checked']}, retransmits "
