@@ -9,6 +9,7 @@
 # usage: scripts/bench-host.sh [--seconds N] [--rounds N] [--planes N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/memif-rings.sh
 seconds=5 rounds=1 planes=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,10 +44,8 @@ start_pair() { # responder-args -- requester-args
   shift
   qargs=("$@")
   rm -rf "$work/m.sock" "$MRC_RUN_DIR"
-  # About 1024 ring slots over all planes: each ring's slots take frames in turn, so more
-  # slots cycle more frame data through the caches (config/nic/memif-requester.conf).
-  local rsize=10 k
-  for ((k = planes; k > 1; k /= 2)); do rsize=$((rsize - 1)); done
+  local rsize
+  rsize=$(memif_rsize "$planes")
   for ((p = 0; p < planes; ++p)); do
     vs+=(--vdev "net_memif$p,role=server,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize")
     vc+=(--vdev "net_memif$p,role=client,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize")
