@@ -4,6 +4,12 @@
 #   1. dpdk-testpmd txonly -> rxonly over net_memif, 4 KB frames (the baseline)
 #   2. mrc-nic workload, 4 KB MTU WRITEs over 1 memif plane (the same vdev and
 #      frame size as the baseline), then over 4 planes
+#   1b. build/test/memif-floor over the same vdev and CPUs: the data work alone
+#      (each 4 KB payload copied from source memory into a frame, ICRC, memif,
+#      ICRC check, copy into destination memory), with no protocol. testpmd
+#      never reads a payload; this is what a NIC that places data is bound by.
+#      Then without the ICRC, without the copies, and without both: what each
+#      part of the work costs (without both it is testpmd's work again).
 #   3. mrc-nic, 64 B WRITEs: the small-message rate, with 8 QPs x 64 in flight
 #      and with 2 QPs x 256 (fewer QPs: fewer ACKs per WRITE, as each QP's
 #      ACKs coalesce over more packets)
@@ -85,12 +91,33 @@ EOF
   fi
 }
 
+# The data-work floor: both memif ends in one process, the sender on CPU 0
+# and the receiver on CPU 1, as the mrc-nic pair's requester and responder.
+floor_run() { # label memif-floor-args...
+  local label=$1 rtt0 rtt1 line
+  shift
+  rm -f "$work/f.sock"
+  rtt0=$(rtt)
+  line=$(timeout 60 build/test/memif-floor --no-huge -m 1024 --no-pci --no-shconf --log-level='*:error' \
+    --lcores '0@1,1@0' \
+    --vdev "net_memif0,role=server,id=0,socket=$work/f.sock,socket-abstract=no,bsize=8192" \
+    --vdev "net_memif1,role=client,id=0,socket=$work/f.sock,socket-abstract=no,bsize=8192" \
+    -- --seconds "$seconds" "$@" 2>"$work/f.log") || { tail -n 5 "$work/f.log" >&2; line=${line:-'{"tool":"memif-floor","error":"no result"}'}; }
+  rtt1=$(rtt)
+  echo "${line%\}},\"label\":\"$label\",\"rtt_ns\":[${rtt0:-null},${rtt1:-null}]}"
+}
+
 results=$work/results.jsonl
 for ((r = 0; r < rounds; ++r)); do
   r0=$(rtt)
   line=$(scripts/bench-memif-baseline.sh --size 4096 --seconds "$seconds" 2>/dev/null) || line='{"tool":"testpmd","error":"no result"}'
   r1=$(rtt)
   echo "${line%\}},\"rtt_ns\":[${r0:-null},${r1:-null}]}" | tee -a "$results"
+  floor_run floor | tee -a "$results"
+  floor_run floor-no-icrc --no-icrc | tee -a "$results"
+  floor_run floor-no-copy --no-copy | tee -a "$results"
+  floor_run floor-neither --no-copy --no-icrc | tee -a "$results"
+  floor_run floor-64B --payload 64 --src-bytes 4160 --dst-bytes 32768 | tee -a "$results"  # the 64 B workload's buffers
   nic_pair "4KB-1plane" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
   nic_pair "4KB-4planes" 4 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
   nic_pair "64B-1plane" 1 --wl-size 64 --wl-qps 8 --wl-depth 64 | tee -a "$results"
@@ -103,6 +130,9 @@ def best(pred, key):
     v = [r[key] for r in rows if pred(r) and key in r]
     return max(v) if v else 0.0
 base = best(lambda r: r.get("tool") == "testpmd", "rx_gbps")
+def floor_best(label):
+    return best(lambda r: r.get("label") == label and r.get("ok"), "goodput_gbps")
+floor = floor_best("floor")
 one = best(lambda r: r.get("label") == "4KB-1plane", "goodput_gbps")
 four = best(lambda r: r.get("label") == "4KB-4planes", "goodput_gbps")
 small = best(lambda r: r.get("label") == "64B-1plane", "mops")
@@ -114,10 +144,17 @@ if samples:
     # The host moves this VM's vCPUs (test/bench/cpu_pair_rtt.cc): compare with care.
     print(f"  (its rate over ~1 s samples ranged {min(samples):.0f} to {max(samples):.0f} Gb/s)")
 if base:
+    print(f"data-work floor (memif-floor, no protocol): {floor:.1f} Gb/s goodput = {100 * floor / base:.0f} % of the baseline")
+    for label, what in (("floor-no-icrc", "copies, no ICRC"), ("floor-no-copy", "ICRC, no copies"),
+                        ("floor-neither", "neither: testpmd's work")):
+        print(f"  {what:24}: {floor_best(label):.1f} Gb/s = {100 * floor_best(label) / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 1 plane : {one:.1f} Gb/s goodput = {100 * one / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
 print(f"mrc-nic 64 B WRITEs, 8 QPs x 64: {small:.3f} Mops per core")
 print(f"mrc-nic 64 B WRITEs, 2 QPs x 256: {small2:.3f} Mops per core")
+floor64 = best(lambda r: r.get("label") == "floor-64B" and r.get("ok"), "mpps")
+if floor64:
+    print(f"data-work floor at 64 B payloads: {floor64:.3f} M frames/s; mrc-nic's best = {100 * max(small, small2) / floor64:.0f} % of it")
 def placement(r):
     v = r.get("rtt_ns") or []
     if len(v) != 2 or None in v:
@@ -127,6 +164,8 @@ print("each run, with the CPUs' placement around it (cpu-pair-rtt: shared cache 
 for r in rows:
     if "rx_gbps" in r:
         what = f'{r["rx_gbps"]:.1f} Gb/s'
+    elif r.get("tool") == "memif-floor" and "goodput_gbps" in r:
+        what = f'{r["goodput_gbps"]:.1f} Gb/s, {r["mpps"]:.3f} Mpps' + ("" if r.get("ok") else " (check failed)")
     elif "mops" in r:
         what = f'{r["goodput_gbps"]:.1f} Gb/s, {r["mops"]:.3f} Mops'
     else:
@@ -134,12 +173,19 @@ for r in rows:
     print(f'  {r.get("label", r.get("tool")):16} {what:26} rtt {r.get("rtt_ns")} -> {placement(r)}')
 # Each round's own ratio too: the baseline swings with the vCPUs' placement
 # (see above), so the spread of these says how much one round's ratio means.
-pairs, base_now = [], None
+pairs, of_floor, base_now, floor_now = [], [], None, None
 for r in rows:
     if r.get("tool") == "testpmd":
         base_now = r.get("rx_gbps")
-    elif r.get("label") == "4KB-1plane" and base_now and "goodput_gbps" in r:
-        pairs.append(100 * r["goodput_gbps"] / base_now)
+    elif r.get("label") == "floor":
+        floor_now = r.get("goodput_gbps") if r.get("ok") else None
+    elif r.get("label") == "4KB-1plane" and "goodput_gbps" in r:
+        if base_now:
+            pairs.append(100 * r["goodput_gbps"] / base_now)
+        if floor_now:
+            of_floor.append(100 * r["goodput_gbps"] / floor_now)
 if len(pairs) > 1:
     print("4 KB, 1 plane, each round against its own baseline: " + ", ".join(f"{x:.0f} %" for x in pairs))
+if of_floor:
+    print("4 KB, 1 plane, each round against its own floor: " + ", ".join(f"{x:.0f} %" for x in of_floor))
 EOF
