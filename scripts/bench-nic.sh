@@ -173,19 +173,19 @@ for r in rows:
     print(f'  {r.get("label", r.get("tool")):16} {what:26} rtt {r.get("rtt_ns")} -> {placement(r)}')
 # Each round's own ratio too: the baseline swings with the vCPUs' placement
 # (see above), so the spread of these says how much one round's ratio means.
+# A ratio means something only when both runs had the same placement.
 pairs, of_floor, base_now, floor_now = [], [], None, None
 for r in rows:
     if r.get("tool") == "testpmd":
-        base_now = r.get("rx_gbps")
+        base_now = r if r.get("rx_gbps") else None
     elif r.get("label") == "floor":
-        floor_now = r.get("goodput_gbps") if r.get("ok") else None
+        floor_now = r if r.get("ok") else None
     elif r.get("label") == "4KB-1plane" and "goodput_gbps" in r:
-        if base_now:
-            pairs.append(100 * r["goodput_gbps"] / base_now)
-        if floor_now:
-            of_floor.append(100 * r["goodput_gbps"] / floor_now)
-if len(pairs) > 1:
-    print("4 KB, 1 plane, each round against its own baseline: " + ", ".join(f"{x:.0f} %" for x in pairs))
+        for ref, key, out in ((base_now, "rx_gbps", pairs), (floor_now, "goodput_gbps", of_floor)):
+            if ref:
+                out.append(f'{100 * r["goodput_gbps"] / ref[key]:.0f} % ({placement(r)} / {placement(ref)})')
+if pairs:
+    print("4 KB, 1 plane, each round against its own baseline: " + ", ".join(pairs))
 if of_floor:
-    print("4 KB, 1 plane, each round against its own floor: " + ", ".join(f"{x:.0f} %" for x in of_floor))
+    print("4 KB, 1 plane, each round against its own floor: " + ", ".join(of_floor))
 EOF
