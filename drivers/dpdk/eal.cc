@@ -69,11 +69,11 @@ std::vector<PortInfo> list_ports() {
   return out;
 }
 
-std::string start_port_minimal(uint16_t port_id, rte_mempool* pool) {
+std::string start_port_minimal(uint16_t port_id, rte_mempool* pool, uint16_t descriptors) {
   rte_eth_conf conf{};
   int rc = rte_eth_dev_configure(port_id, 1, 1, &conf);
   if (rc < 0) return fmt::format("configure: {}", rte_strerror(-rc));
-  uint16_t nb_rx = 256, nb_tx = 256;
+  uint16_t nb_rx = descriptors, nb_tx = descriptors;
   rc = rte_eth_dev_adjust_nb_rx_tx_desc(port_id, &nb_rx, &nb_tx);
   if (rc < 0) return fmt::format("descriptor counts: {}", rte_strerror(-rc));
   int socket = rte_eth_dev_socket_id(port_id);

@@ -30,9 +30,9 @@ struct PortInfo {
 
 std::vector<PortInfo> list_ports();
 
-// Configures one RX and one TX queue on `port_id` and starts it, to prove the
-// driver is usable. Returns an empty string on success, else the failure.
-std::string start_port_minimal(uint16_t port_id, rte_mempool* pool);
+// Configures one RX and one TX queue of about `descriptors` each on `port_id`
+// and starts it. Returns an empty string on success, else the failure.
+std::string start_port_minimal(uint16_t port_id, rte_mempool* pool, uint16_t descriptors = 256);
 
 std::string format_mac(uint64_t mac);
 

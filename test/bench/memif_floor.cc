@@ -62,18 +62,6 @@ struct Setup {
 uint64_t src_offset(const Setup& s, uint64_t seq) { return seq * s.payload % (s.src_bytes - s.src_bytes % s.payload); }
 uint64_t dst_offset(const Setup& s, uint64_t seq) { return seq * s.payload % (s.dst_bytes - s.dst_bytes % s.payload); }
 
-std::string start_port(uint16_t port, rte_mempool* pool) {
-  rte_eth_conf conf{};
-  int rc = rte_eth_dev_configure(port, 1, 1, &conf);
-  if (rc < 0) return fmt::format("configure: {}", rte_strerror(-rc));
-  uint16_t nb_rx = kDesc, nb_tx = kDesc;
-  if ((rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &nb_rx, &nb_tx)) < 0 ||
-      (rc = rte_eth_rx_queue_setup(port, 0, nb_rx, rte_socket_id(), nullptr, pool)) < 0 ||
-      (rc = rte_eth_tx_queue_setup(port, 0, nb_tx, rte_socket_id(), nullptr)) < 0 || (rc = rte_eth_dev_start(port)) < 0)
-    return fmt::format("port {}: {}", port, rte_strerror(-rc));
-  return {};
-}
-
 // Frames that tx_burst did not take are kept and offered again, so every
 // sequence number arrives and the receiver's placement check holds.
 int sender(void* arg) {
@@ -239,7 +227,8 @@ int main(int argc, char** argv) {
     }
   }
   for (uint16_t port : {s.tx_port, s.rx_port}) {
-    if (const std::string e = start_port(port, port == s.tx_port ? s.tx_pool : s.rx_pool); !e.empty()) {
+    if (const std::string e = dp::start_port_minimal(port, port == s.tx_port ? s.tx_pool : s.rx_pool, kDesc);
+        !e.empty()) {
       fmt::print(stderr, "memif-floor: {}\n", e);
       return 1;
     }
