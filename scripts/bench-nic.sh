@@ -126,6 +126,11 @@ done
 /usr/bin/python3 - "$results" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+def placement(r):
+    v = r.get("rtt_ns") or []
+    if len(v) != 2 or None in v:
+        return "unknown"
+    return "shared cache" if max(v) < 150 else "apart" if min(v) >= 150 else "moved"
 def best(pred, key):
     v = [r[key] for r in rows if pred(r) and key in r]
     return max(v) if v else 0.0
@@ -152,14 +157,22 @@ if base:
     print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
 print(f"mrc-nic 64 B WRITEs, 8 QPs x 64: {small:.3f} Mops per core")
 print(f"mrc-nic 64 B WRITEs, 2 QPs x 256: {small2:.3f} Mops per core")
+# Best against best mixes placements; these compare runs that all had the
+# CPUs sharing a cache.
+def shared_best(pred, key):
+    return best(lambda r: pred(r) and placement(r) == "shared cache", key)
+s_base = shared_best(lambda r: r.get("tool") == "testpmd", "rx_gbps")
+s_floor = shared_best(lambda r: r.get("label") == "floor" and r.get("ok"), "goodput_gbps")
+if s_base and s_floor:
+    print(f"with the CPUs sharing a cache only: testpmd {s_base:.1f} Gb/s, floor {s_floor:.1f} Gb/s "
+          f"({100 * s_floor / s_base:.0f} %)")
+    for label in ("4KB-1plane", "4KB-4planes"):
+        g = shared_best(lambda r: r.get("label") == label, "goodput_gbps")
+        if g:
+            print(f"  mrc-nic {label}: {g:.1f} Gb/s = {100 * g / s_base:.0f} % of testpmd, {100 * g / s_floor:.0f} % of the floor")
 floor64 = best(lambda r: r.get("label") == "floor-64B" and r.get("ok"), "mpps")
 if floor64:
     print(f"data-work floor at 64 B payloads: {floor64:.3f} M frames/s; mrc-nic's best = {100 * max(small, small2) / floor64:.0f} % of it")
-def placement(r):
-    v = r.get("rtt_ns") or []
-    if len(v) != 2 or None in v:
-        return "unknown"
-    return "shared cache" if max(v) < 150 else "apart" if min(v) >= 150 else "moved"
 print("each run, with the CPUs' placement around it (cpu-pair-rtt: shared cache < 150 ns <= apart):")
 for r in rows:
     if "rx_gbps" in r:
