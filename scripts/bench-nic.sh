@@ -98,7 +98,7 @@ floor_run() { # label memif-floor-args...
   shift
   rm -f "$work/f.sock"
   rtt0=$(rtt)
-  line=$(timeout 60 build/test/memif-floor --no-huge -m 1024 --no-pci --no-shconf --log-level='*:error' \
+  line=$(timeout $((seconds + 60)) build/test/memif-floor --no-huge -m 1024 --no-pci --no-shconf --log-level='*:error' \
     --lcores '0@1,1@0' \
     --vdev "net_memif0,role=server,id=0,socket=$work/f.sock,socket-abstract=no,bsize=8192" \
     --vdev "net_memif1,role=client,id=0,socket=$work/f.sock,socket-abstract=no,bsize=8192" \
@@ -125,7 +125,7 @@ for ((r = 0; r < rounds; ++r)); do
 done
 /usr/bin/python3 - "$results" <<'EOF'
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 def placement(r):
     v = r.get("rtt_ns") or []
     if len(v) != 2 or None in v:

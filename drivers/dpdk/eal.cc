@@ -5,6 +5,7 @@
 #include "dpdk/eal.h"
 
 #include <rte_bus_vdev.h>
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -85,6 +86,20 @@ std::string start_port_minimal(uint16_t port_id, rte_mempool* pool, uint16_t des
   rc = rte_eth_dev_start(port_id);
   if (rc < 0) return fmt::format("start: {}", rte_strerror(-rc));
   return {};
+}
+
+bool wait_links_up(const std::vector<uint16_t>& ports, double seconds) {
+  const uint64_t deadline = rte_get_timer_cycles() + static_cast<uint64_t>(seconds * double(rte_get_timer_hz()));
+  for (;;) {
+    bool all_up = true;
+    for (uint16_t p : ports) {
+      rte_eth_link link{};
+      all_up &= rte_eth_link_get_nowait(p, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+    }
+    if (all_up) return true;
+    if (rte_get_timer_cycles() > deadline) return false;
+    rte_delay_us_sleep(100);
+  }
 }
 
 std::string add_vdev(const std::string& spec) {

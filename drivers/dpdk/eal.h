@@ -34,6 +34,10 @@ std::vector<PortInfo> list_ports();
 // and starts it. Returns an empty string on success, else the failure.
 std::string start_port_minimal(uint16_t port_id, rte_mempool* pool, uint16_t descriptors = 256);
 
+// Waits up to `seconds` for every port's link to be up (memif connects from
+// EAL's interrupt thread, after the port starts). Returns whether they came up.
+bool wait_links_up(const std::vector<uint16_t>& ports, double seconds);
+
 std::string format_mac(uint64_t mac);
 
 // Probes a virtual device after EAL init: "NAME[,ARGS]", as EAL's --vdev.

@@ -30,17 +30,6 @@ bool port_by_name(const std::string& name, uint16_t& port) {
   return rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0;
 }
 
-bool wait_link_up(uint16_t a, uint16_t b) {
-  for (int i = 0; i < 20000; ++i) {
-    rte_eth_link la{}, lb{};
-    rte_eth_link_get_nowait(a, &la);
-    rte_eth_link_get_nowait(b, &lb);
-    if (la.link_status == RTE_ETH_LINK_UP && lb.link_status == RTE_ETH_LINK_UP) return true;
-    rte_delay_us_sleep(100);
-  }
-  return false;
-}
-
 size_t count(const std::string& text, const char* what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -95,7 +84,7 @@ int main(int argc, char** argv) {
     if (err.empty() && !(port_by_name(server, s) && port_by_name(client, c))) err = "ports not found";
     if (err.empty()) err = mrc::dp::start_port_minimal(s, pool);
     if (err.empty()) err = mrc::dp::start_port_minimal(c, pool);
-    if (err.empty() && !wait_link_up(s, c)) err = "the pair never came up";
+    if (err.empty() && !mrc::dp::wait_links_up({s, c}, 2.0)) err = "the pair never came up";
     if (!err.empty()) {
       fmt::print(stderr, "memif-teardown: pair {}: {}\n", i, err);
       ++failures;
