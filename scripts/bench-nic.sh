@@ -2,15 +2,15 @@
 # mrc-nic against the memif baseline, measured in the same run, one worker
 # core per side (each side on its own CPU):
 #   1. dpdk-testpmd txonly -> rxonly over net_memif, 4 KB frames (the baseline)
-#   2. mrc-nic workload, 4 KB MTU WRITEs over 1 memif plane (the same vdev and
-#      frame size as the baseline), then over 4 planes
-#   1b. build/test/memif-floor over the same vdev and CPUs: the data work alone
+#   2. build/test/memif-floor over the same vdev and CPUs: the data work alone
 #      (each 4 KB payload copied from source memory into a frame, ICRC, memif,
 #      ICRC check, copy into destination memory), with no protocol. testpmd
-#      never reads a payload; this is what a NIC that places data is bound by.
-#      Then without the ICRC, without the copies, and without both: what each
-#      part of the work costs (without both it is testpmd's work again).
-#   3. mrc-nic, 64 B WRITEs: the small-message rate, with 8 QPs x 64 in flight
+#      never reads a payload; this is what that work costs a NIC that places
+#      data. Then without the ICRC, without the copies, and without both (then
+#      it is testpmd's work again), and with 64 B payloads.
+#   3. mrc-nic workload, 4 KB MTU WRITEs over 1 memif plane (the same vdev and
+#      frame size as the baseline), then over 4 planes
+#   4. mrc-nic, 64 B WRITEs: the small-message rate, with 8 QPs x 64 in flight
 #      and with 2 QPs x 256 (fewer QPs: fewer ACKs per WRITE, as each QP's
 #      ACKs coalesce over more packets)
 # Prints one JSON line per measurement, then a summary with the ratios. Each
