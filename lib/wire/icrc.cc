@@ -49,6 +49,28 @@ constexpr std::array<uint8_t, IpLen + kUdpLen + kBthLen> make_mask() {
 }
 constexpr auto kMaskV4 = make_mask<kIpv4Len>();
 constexpr auto kMaskV6 = make_mask<kIpv6Len>();
+
+// The masked bytes of one IP version as (offset, bits) pairs, for masking a
+// frame in place.
+struct MaskSpots {
+  std::array<uint8_t, 12> at{};
+  std::array<uint8_t, 12> bits{};
+  unsigned n = 0;
+  unsigned masked_len = 0;
+};
+template <size_t N>
+constexpr MaskSpots spots_of(const std::array<uint8_t, N>& mask) {
+  MaskSpots s;
+  s.masked_len = N;
+  for (unsigned i = 0; i < N; ++i) {
+    if (!mask[i]) continue;
+    s.at[s.n] = static_cast<uint8_t>(i);
+    s.bits[s.n++] = mask[i];
+  }
+  return s;
+}
+constexpr MaskSpots kSpotsV4 = spots_of(kMaskV4);
+constexpr MaskSpots kSpotsV6 = spots_of(kMaskV6);
 // Up to this many ICRC-covered bytes (IP header to payload end), one ISA-L
 // call over a masked copy.
 constexpr size_t kSmallIcrcBytes = 512;
@@ -114,11 +136,23 @@ uint32_t icrc_compute(std::span<const uint8_t> l3, bool* ok) {
   return crc32_ieee(~reg, l3.data() + masked_len, covered - masked_len);
 }
 
+// The sender owns its frame: the variant fields become ones in place for one
+// CRC pass and are put back, which spares icrc_compute's masked copy (small
+// frames) or its table walk over the headers (large ones).
 bool icrc_fill(std::span<uint8_t> l3) {
-  bool ok;
-  uint32_t crc = icrc_compute(l3, &ok);
-  if (ok) store_le32(l3.data() + l3.size() - kIcrcLen, crc);
-  return ok;
+  if (l3.empty()) return false;
+  const unsigned version = l3[0] >> 4;
+  const MaskSpots* spots = version == 4 ? &kSpotsV4 : version == 6 ? &kSpotsV6 : nullptr;
+  if (!spots || l3.size() < spots->masked_len + kIcrcLen) return false;
+  std::array<uint8_t, 12> saved;
+  for (unsigned i = 0; i < spots->n; ++i) {
+    saved[i] = l3[spots->at[i]];
+    l3[spots->at[i]] |= spots->bits[i];
+  }
+  const uint32_t crc = crc32_ieee(~kIcrcSeed, l3.data(), l3.size() - kIcrcLen);
+  for (unsigned i = 0; i < spots->n; ++i) l3[spots->at[i]] = saved[i];
+  store_le32(l3.data() + l3.size() - kIcrcLen, crc);
+  return true;
 }
 
 bool icrc_check(std::span<const uint8_t> l3) {

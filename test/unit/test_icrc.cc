@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
+#include "wire/bytes.h"
 #include "wire/icrc.h"
 #include "wire/spec.h"
 
@@ -71,6 +73,11 @@ TEST_CASE("ICRC equals the bitwise CRC of LRH ones and the masked headers, on bo
       INFO("ip_len " << ip_len << " covered " << covered);
       REQUIRE(icrc_compute(l3, &ok) == want);
       REQUIRE(ok);
+      // The sender's path masks in place: same ICRC, every other byte as it was.
+      std::vector<uint8_t> filled = l3;
+      REQUIRE(icrc_fill(filled));
+      REQUIRE(load_le32(filled.data() + covered) == want);
+      REQUIRE(std::equal(l3.begin(), l3.begin() + long(covered), filled.begin()));
     }
   }
 }
