@@ -854,6 +854,22 @@ bool Engine::schedule_consistent() const {
   return deadline == sum.deadline && wants_tx == sum.wants_tx;
 }
 
+bool Engine::spray_sets_consistent() const {
+  for (const Qp& qp : impl_->qps) {
+    for (uint32_t p = 0; p < kMaxPlanes; ++p) {
+      // A run must be known as one (else picks pay the load it saves), and
+      // only a run.
+      const auto& set = qp.active[p];
+      bool run = !set.empty() && (set.size() < 2 || set[1] > set[0]);
+      for (size_t i = 2; run && i < set.size(); ++i) run = set[i] - set[i - 1] == set[1] - set[0];
+      if (run != (qp.spray_step[p] != 0)) return false;
+      for (size_t i = 0; run && i < set.size(); ++i)
+        if (set[i] != qp.spray_first[p] + i * qp.spray_step[p]) return false;
+    }
+  }
+  return true;
+}
+
 std::vector<uint32_t> Engine::qpns() const {
   std::vector<uint32_t> out;
   for (const Qp& qp : impl_->qps)

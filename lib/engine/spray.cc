@@ -69,8 +69,15 @@ uint32_t Engine::Impl::usable_planes(const Qp& qp) const {
 
 void Engine::Impl::refresh_spray_planes(Qp& qp) {
   qp.spray_planes = 0;
-  for (uint32_t p = 0; p < cfg.num_planes; ++p)
-    if (!qp.active[p].empty()) qp.spray_planes |= 1u << p;
+  for (uint32_t p = 0; p < cfg.num_planes; ++p) {
+    const auto& set = qp.active[p];
+    if (!set.empty()) qp.spray_planes |= 1u << p;
+    const int step = set.size() < 2 ? 1 : set[1] - set[0];
+    bool arithmetic = !set.empty() && step > 0;
+    for (size_t i = 1; arithmetic && i < set.size(); ++i) arithmetic = set[i] - set[i - 1] == step;
+    qp.spray_first[p] = set.empty() ? 0 : set[0];
+    qp.spray_step[p] = arithmetic ? static_cast<uint16_t>(step) : 0;
+  }
 }
 
 // A plane with TX room and the fewest packets in flight, then a
@@ -125,26 +132,30 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
     }
   }
   if (best < 0) return -1;
-  auto& set = qp.active[best];
+  const auto& set = qp.active[best];
   const uint32_t picks = ++qp.plane_picks[best];
   const uint32_t n = static_cast<uint32_t>(set.size());
+  const uint32_t first = qp.spray_first[best];
+  const uint32_t step = qp.spray_step[best];
+  auto member = [&](uint32_t i) -> int { return step ? static_cast<int>(first + i * step) : set[i]; };
   // The first EV from a random start that is not skipping (nor avoided).
   auto scan = [&](uint32_t i) {
     int fallback = -1;
     for (uint32_t k = 0; k < n; ++k, i = i + 1 == n ? 0 : i + 1) {
-      Ev& ev = qp.evs[set[i]];
+      const int idx = member(i);
+      Ev& ev = qp.evs[idx];
       if (ev.state == EvState::skip) {
         if (picks < ev.skip_until) {
-          if (fallback < 0) fallback = set[i];
+          if (fallback < 0) fallback = idx;
           continue;
         }
         ev.state = EvState::good;  // one rotation has passed
       }
-      if (set[i] == avoid_ev && n > 1) {
-        fallback = set[i];
+      if (idx == avoid_ev && n > 1) {
+        fallback = idx;
         continue;
       }
-      return static_cast<int>(set[i]);
+      return idx;
     }
     return fallback;  // every EV of the plane is skipping: use one anyway
   };
