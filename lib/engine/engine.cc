@@ -815,8 +815,8 @@ void Engine::prefetch_poll(const PrefetchMap& m, unsigned stage) {
            {static_cast<const void*>(qp), static_cast<const void*>(&qp->sq), static_cast<const void*>(&qp->snd_nxt),
             static_cast<const void*>(&qp->cc), static_cast<const void*>(&qp->evs)})
         __builtin_prefetch(p);
-      prefetch_bytes(&qp->active, reinterpret_cast<const char*>(&qp->plane_inflight + 1) -
-                                      reinterpret_cast<const char*>(&qp->active));
+      prefetch_bytes(&qp->plane_picks, reinterpret_cast<const char*>(&qp->spray_step + 1) -
+                                           reinterpret_cast<const char*>(&qp->plane_picks));
     }
     return;
   }
@@ -860,6 +860,7 @@ bool Engine::spray_sets_consistent() const {
       // A run must be known as one (else picks pay the load it saves), and
       // only a run.
       const auto& set = qp.active[p];
+      if (qp.spray_count[p] != set.size()) return false;
       bool run = !set.empty() && (set.size() < 2 || set[1] > set[0]);
       for (size_t i = 2; run && i < set.size(); ++i) run = set[i] - set[i - 1] == set[1] - set[0];
       if (run != (qp.spray_step[p] != 0)) return false;

@@ -275,9 +275,9 @@ class Engine {
   // send, pace), where not marked for refreshing, matches the QP itself,
   // and what poll() summed up of it still holds; for tests, after any call.
   bool schedule_consistent() const;
-  // Whether each QP's per-plane spray set is known as an arithmetic run
-  // exactly when it is one, with the start and step pick_ev() computes its
-  // members from; for tests, after any call.
+  // Whether each QP's per-plane spray set has the size it is known by, and
+  // is known as an arithmetic run exactly when it is one, with the start and
+  // step pick_ev() computes its members from; for tests, after any call.
   bool spray_sets_consistent() const;
 
  private:

@@ -176,22 +176,24 @@ struct Qp {
   std::vector<wire::FrameTemplate> tmpl;       // [plane * 2 + with_imm]
   std::vector<wire::FrameTemplate> sack_tmpl;  // [plane], MRC responder
 
-  // EVs. Engine::prefetch_poll() loads `active` to `plane_inflight` as one
-  // range.
+  // EVs.
   std::vector<Ev> evs;
   std::vector<EvCold> ev_cold;
-  std::array<std::vector<uint16_t>, kMaxPlanes> active{};   // spray set per plane
-  std::array<std::vector<uint16_t>, kMaxPlanes> backups{};  // GOOD spares per plane
+  // What the per-packet EV choice reads, kept together:
+  // Engine::prefetch_poll() loads `plane_picks` to `spray_step` as one range.
   std::array<uint32_t, kMaxPlanes> plane_picks{};
-  uint32_t pick_rotor = 0;
   std::array<uint32_t, kMaxPlanes> plane_inflight{};
+  uint32_t pick_rotor = 0;
   uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down
   uint32_t spray_planes = 0;      // bit p: active[p] is not empty
+  std::array<uint16_t, kMaxPlanes> spray_count{};  // active[p].size()
   // While active[p] is an arithmetic run (active[p][i] == spray_first[p] +
   // i * spray_step[p]; step 0: it is not), the per-packet choice computes
   // the EV index instead of loading it: one cache miss fewer per draw.
   std::array<uint16_t, kMaxPlanes> spray_first{};
   std::array<uint16_t, kMaxPlanes> spray_step{};
+  std::array<std::vector<uint16_t>, kMaxPlanes> active{};   // spray set per plane
+  std::array<std::vector<uint16_t>, kMaxPlanes> backups{};  // GOOD spares per plane
   // Losses blamed on each plane's EVs since the plane last had a packet
   // acknowledged (see EngineConfig::plane_silent_losses).
   std::array<uint16_t, kMaxPlanes> plane_losses{};

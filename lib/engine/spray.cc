@@ -76,6 +76,7 @@ void Engine::Impl::refresh_spray_planes(Qp& qp) {
     const int step = set.size() < 2 ? 1 : set[1] - set[0];
     bool arithmetic = !set.empty() && step > 0;
     for (size_t i = 1; arithmetic && i < set.size(); ++i) arithmetic = set[i] - set[i - 1] == step;
+    qp.spray_count[p] = static_cast<uint16_t>(set.size());
     qp.spray_first[p] = set.empty() ? 0 : set[0];
     qp.spray_step[p] = arithmetic ? static_cast<uint16_t>(step) : 0;
   }
@@ -138,7 +139,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
   if (size_t(best) * 2 < qp.tmpl.size()) prefetch_bytes(qp.tmpl.data() + best * 2, sizeof(wire::FrameTemplate));
   const auto& set = qp.active[best];
   const uint32_t picks = ++qp.plane_picks[best];
-  const uint32_t n = static_cast<uint32_t>(set.size());
+  const uint32_t n = qp.spray_count[best];
   const uint32_t first = qp.spray_first[best];
   const uint32_t step = qp.spray_step[best];
   auto member = [&](uint32_t i) -> int { return step ? static_cast<int>(first + i * step) : set[i]; };
