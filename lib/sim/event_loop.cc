@@ -147,15 +147,37 @@ Nanos EventLoop::next_time() const {
 // one runs, the loads of those after it are under way, a stage deeper the
 // nearer they are, each stage reading what the one before loaded a few
 // events earlier (kStageDistance), and the slots further on. Same-time
-// events share a bucket; the walk stops at its end.
+// events share a bucket; at its end the walk goes on into the next non-empty
+// bucket (a third of a 128-host run's events have fewer than six behind them
+// in their own), unless that is far off.
 void EventLoop::prefetch_after(uint32_t next) const {
-  for (unsigned d = 1; d <= kSlotDistance && next != kNone; ++d) {
+  bool crossed = false;
+  for (unsigned d = 1; d <= kSlotDistance; ++d) {
+    if (next == kNone) {
+      if (crossed || (next = head_after(now_)) == kNone) return;
+      crossed = true;
+    }
     const Slot& s = slot_at(next);
     if (d == kSlotDistance) return engine::prefetch_bytes(&s, sizeof(Slot));
     for (unsigned stage = 0; stage < kStageDistance.size(); ++stage)
       if (kStageDistance[stage] == d) s.fn.prefetch(stage);
     next = s.next;
   }
+}
+
+// The first event of the earliest non-empty bucket after t's, looking at
+// most two bitmap words on (64 to 128 ns); kNone if there is none that close.
+uint32_t EventLoop::head_after(Nanos t) const {
+  const size_t words = occupied_.size();
+  const size_t b = static_cast<size_t>((t + 1) & (kWheel - 1));
+  size_t w = b / 64;
+  uint64_t bits = occupied_[w] & (~0ull << (b % 64));
+  for (int k = 0; k < 2; ++k) {
+    if (bits) return buckets_[w * 64 + static_cast<size_t>(std::countr_zero(bits))].head;
+    w = (w + 1) % words;
+    bits = occupied_[w];
+  }
+  return kNone;
 }
 
 bool EventLoop::run_next(Nanos limit) {

@@ -213,6 +213,7 @@ class EventLoop {
   static constexpr std::array<unsigned, 3> kStageDistance = {4, 2, 1};
   static constexpr unsigned kSlotDistance = 6;
   void prefetch_after(uint32_t next) const;
+  uint32_t head_after(Nanos t) const;
   // Runs the earliest event if it is due at or before limit.
   bool run_next(Nanos limit);
 

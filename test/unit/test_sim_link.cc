@@ -169,7 +169,8 @@ TEST_CASE("EventLoop asks the events after the running one to prefetch, the near
   EventLoop loop;
   std::vector<std::pair<int, int>> log;
   for (int id = 1; id <= 6; ++id) loop.at(10, Traced{&log, id});
-  loop.at(11, Traced{&log, 7});  // another bucket: not looked ahead to
+  loop.at(11, Traced{&log, 7});   // the next bucket: looked ahead to once its own runs out
+  loop.at(400, Traced{&log, 8});  // too far on: not looked ahead to
   sim::Callback plain = [] {};
   plain.prefetch(0);  // a callable without prefetch(): nothing to do
   // Stage 2 one event ahead, stage 1 two, stage 0 four (EventLoop::kStageDistance).
@@ -180,8 +181,20 @@ TEST_CASE("EventLoop asks the events after the running one to prefetch, the near
   CHECK(log == std::vector<std::pair<int, int>>{{3, 2}, {4, 1}, {6, 0}, {2, -1}});
   log.clear();
   CHECK(loop.run_until_idle());
-  CHECK(log == std::vector<std::pair<int, int>>{
-                   {4, 2}, {5, 1}, {3, -1}, {5, 2}, {6, 1}, {4, -1}, {6, 2}, {5, -1}, {6, -1}, {7, -1}});
+  CHECK(log == std::vector<std::pair<int, int>>{{4, 2},
+                                                {5, 1},
+                                                {7, 0},
+                                                {3, -1},
+                                                {5, 2},
+                                                {6, 1},
+                                                {4, -1},
+                                                {6, 2},
+                                                {7, 1},
+                                                {5, -1},
+                                                {7, 2},
+                                                {6, -1},
+                                                {7, -1},
+                                                {8, -1}});
 }
 
 TEST_CASE("EventLoop runs near and far events, cancels and nested schedules in (time, insertion) order") {
