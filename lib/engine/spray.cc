@@ -134,8 +134,9 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
     }
   }
   if (best < 0) return -1;
-  // The send that follows stamps this plane's frame template: load it while
-  // the EV draws below wait on theirs.
+  // The send that follows stamps this plane's frame template (the one
+  // without an immediate, as all but a WRITE_IMM's last packet use): load it
+  // while the EV draws below wait on theirs.
   if (size_t(best) * 2 < qp.tmpl.size()) prefetch_bytes(qp.tmpl.data() + best * 2, sizeof(wire::FrameTemplate));
   const auto& set = qp.active[best];
   const uint32_t picks = ++qp.plane_picks[best];

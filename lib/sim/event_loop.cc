@@ -166,7 +166,8 @@ void EventLoop::prefetch_after(uint32_t next) const {
 }
 
 // The first event of the earliest non-empty bucket after t's, looking at
-// most two bitmap words on (64 to 128 ns); kNone if there is none that close.
+// the rest of t + 1's bitmap word and the next one (65 to 128 ns on); kNone
+// if there is none that close.
 uint32_t EventLoop::head_after(Nanos t) const {
   const size_t words = occupied_.size();
   const size_t b = static_cast<size_t>((t + 1) & (kWheel - 1));

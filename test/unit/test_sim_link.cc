@@ -197,6 +197,31 @@ TEST_CASE("EventLoop asks the events after the running one to prefetch, the near
                                                 {8, -1}});
 }
 
+TEST_CASE("EventLoop looks ahead at most two bitmap words on, across the calendar's end") {
+  // Buckets are bits in 64-bit words: from the bucket after the running
+  // event's, the rest of its word and one more are looked at.
+  auto first_step = [](Nanos running, Nanos next) {
+    EventLoop loop;
+    std::vector<std::pair<int, int>> log;
+    if (running > 1000) {  // move the clock there first, so that `next` is in the calendar
+      loop.at(running - 1000, [] {});
+      loop.step();
+    }
+    loop.at(running, Traced{&log, 1});
+    loop.at(next, Traced{&log, 2});
+    loop.step();
+    return log;
+  };
+  using Log = std::vector<std::pair<int, int>>;
+  CHECK(first_step(10, 127) == Log{{2, 2}, {1, -1}});  // the next word's last bucket
+  CHECK(first_step(10, 128) == Log{{1, -1}});          // a word further
+  // 131,072 ns is the calendar's span (EventLoop's kWheel): bucket 131,070,
+  // then past the end to bucket 3.
+  constexpr Nanos kSpan = Nanos(1) << 17;
+  CHECK(first_step(kSpan - 2, kSpan + 3) == Log{{2, 2}, {1, -1}});
+  CHECK(first_step(kSpan - 2, kSpan + 64) == Log{{1, -1}});
+}
+
 TEST_CASE("EventLoop runs near and far events, cancels and nested schedules in (time, insertion) order") {
   // Against a reference: delays below and far above the calendar's span,
   // events scheduling events, random cancels (slots get reused), and
