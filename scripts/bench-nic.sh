@@ -9,7 +9,8 @@
 #      data. Then without the ICRC, without the copies, and without both (then
 #      it is testpmd's work again), and with 64 B payloads.
 #   3. mrc-nic workload, 4 KB MTU WRITEs over 1 memif plane (the same vdev and
-#      frame size as the baseline), then over 4 planes
+#      frame size as the baseline), then over 4 planes, then over 1 plane with
+#      the responder as a zero-copy memif client (one copy fewer on its side)
 #   4. mrc-nic, 64 B WRITEs: the small-message rate, with 8 QPs x 64 in flight
 #      and with 2 QPs x 256 (fewer QPs: fewer ACKs per WRITE, as each QP's
 #      ACKs coalesce over more packets)
@@ -58,7 +59,12 @@ trap cleanup EXIT
 
 # One mrc-nic pair over memif: the responder's worker on CPU 1, the
 # requester's on CPU 0 (its control thread sleeps on CPU 1).
-nic_pair() { # label planes requester-args...
+# --responder-zc: the responder is the memif client with zero-copy=yes, so
+# its RX takes the frames where the requester's memif wrote them (one copy
+# fewer on the responder); the requester is then the server.
+nic_pair() { # [--responder-zc] label planes requester-args...
+  local zc=0
+  if [ "$1" = --responder-zc ]; then zc=1; shift; fi
   local label=$1 planes=$2
   shift 2
   local port vs=() vc=() ps=() pc=()
@@ -67,19 +73,40 @@ nic_pair() { # label planes requester-args...
   local rsize
   rsize=$(memif_rsize "$planes")
   for ((p = 0; p < planes; ++p)); do
-    vs+=(--vdev "net_memif$p,role=server,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize")
-    vc+=(--vdev "net_memif$p,role=client,id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize")
+    local common="id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize"
+    if ((zc)); then
+      vs+=(--vdev "net_memif$p,role=client,$common,zero-copy=yes")
+      vc+=(--vdev "net_memif$p,role=server,$common")
+    else
+      vs+=(--vdev "net_memif$p,role=server,$common")
+      vc+=(--vdev "net_memif$p,role=client,$common")
+    fi
     ps+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
     pc+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
   done
   local eal=(--no-huge -m 1024 --no-pci --no-shconf --log-level='*:error') rtt0 rtt1
+  local responder=("$nic" "${eal[@]}" -l 0,1 "${vs[@]}" -- --device mrc1 "${ps[@]}" --telemetry false
+    --workload write --wl-listen "$port")
+  local requester=("$nic" "${eal[@]}" --lcores '0@1,1@0' "${vc[@]}" -- --device mrc0 "${pc[@]}" --telemetry false
+    --workload write --wl-connect "127.0.0.1:$port" --wl-seconds "$seconds" "$@")
+  # A zero-copy client needs its memory in one file that memif can share.
+  ((zc)) && responder=("${responder[0]}" --single-file-segments "${responder[@]:1}")
   rtt0=$(settle)
-  timeout 120 "$nic" "${eal[@]}" -l 0,1 "${vs[@]}" -- --device mrc1 "${ps[@]}" --telemetry false \
-    --workload write --wl-listen "$port" >"$work/s.json" 2>"$work/s.log" &
-  pids+=($!)
-  for _ in $(seq 1 100); do [ -S "$work/m.sock" ] && break; sleep 0.05; done
-  timeout 120 "$nic" "${eal[@]}" --lcores '0@1,1@0' "${vc[@]}" -- --device mrc0 "${pc[@]}" --telemetry false \
-    --workload write --wl-connect "127.0.0.1:$port" --wl-seconds "$seconds" "$@" >"$work/c.json" 2>"$work/c.log" || true
+  # The memif server starts first: a client finds no socket otherwise.
+  if ((zc)); then
+    timeout 120 "${requester[@]}" >"$work/c.json" 2>"$work/c.log" &
+    local req=$!
+    pids+=("$req")
+    for _ in $(seq 1 100); do [ -S "$work/m.sock" ] && break; sleep 0.05; done
+    timeout 120 "${responder[@]}" >"$work/s.json" 2>"$work/s.log" &
+    pids+=($!)
+    wait "$req" || true
+  else
+    timeout 120 "${responder[@]}" >"$work/s.json" 2>"$work/s.log" &
+    pids+=($!)
+    for _ in $(seq 1 100); do [ -S "$work/m.sock" ] && break; sleep 0.05; done
+    timeout 120 "${requester[@]}" >"$work/c.json" 2>"$work/c.log" || true
+  fi
   wait "${pids[-1]}" 2>/dev/null || true
   rtt1=$(rtt)
   local rc=0
@@ -134,6 +161,7 @@ for ((r = 0; r < rounds; ++r)); do
   floor_run floor-64B --payload 64 --src-bytes 4160 --dst-bytes 32768 | tee -a "$results"  # the 64 B workload's buffers
   nic_pair "4KB-1plane" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
   nic_pair "4KB-4planes" 4 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
+  nic_pair --responder-zc "4KB-1plane-rzc" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
   nic_pair "64B-1plane" 1 --wl-size 64 --wl-qps 8 --wl-depth 64 | tee -a "$results"
   nic_pair "64B-1plane-2qps" 1 --wl-size 64 --wl-qps 2 --wl-depth 256 | tee -a "$results"
 done
@@ -154,6 +182,7 @@ def floor_best(label):
 floor = floor_best("floor")
 one = best(lambda r: r.get("label") == "4KB-1plane", "goodput_gbps")
 four = best(lambda r: r.get("label") == "4KB-4planes", "goodput_gbps")
+rzc = best(lambda r: r.get("label") == "4KB-1plane-rzc", "goodput_gbps")
 small = best(lambda r: r.get("label") == "64B-1plane", "mops")
 small2 = best(lambda r: r.get("label") == "64B-1plane-2qps", "mops")
 print()
@@ -169,6 +198,8 @@ if base:
         print(f"  {what:24}: {floor_best(label):.1f} Gb/s = {100 * floor_best(label) / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 1 plane : {one:.1f} Gb/s goodput = {100 * one / base:.0f} % of the baseline")
     print(f"mrc-nic 4 KB MTU WRITEs, 4 planes: {four:.1f} Gb/s goodput = {100 * four / base:.0f} % of the baseline")
+    print(f"mrc-nic 4 KB, 1 plane, responder as zero-copy memif client: {rzc:.1f} Gb/s = "
+          f"{100 * rzc / base:.0f} % of the baseline")
 print(f"mrc-nic 64 B WRITEs, 8 QPs x 64: {small:.3f} Mops per core")
 print(f"mrc-nic 64 B WRITEs, 2 QPs x 256: {small2:.3f} Mops per core")
 # Best against best mixes placements; these compare runs that all had the
@@ -180,7 +211,7 @@ s_floor = shared_best(lambda r: r.get("label") == "floor" and r.get("ok"), "good
 if s_base and s_floor:
     print(f"with the CPUs sharing a cache only: testpmd {s_base:.1f} Gb/s, floor {s_floor:.1f} Gb/s "
           f"({100 * s_floor / s_base:.0f} %)")
-    for label in ("4KB-1plane", "4KB-4planes"):
+    for label in ("4KB-1plane", "4KB-4planes", "4KB-1plane-rzc"):
         g = shared_best(lambda r: r.get("label") == label, "goodput_gbps")
         if g:
             print(f"  mrc-nic {label}: {g:.1f} Gb/s = {100 * g / s_base:.0f} % of testpmd, {100 * g / s_floor:.0f} % of the floor")
