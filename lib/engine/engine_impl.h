@@ -106,7 +106,7 @@ struct ImmStash {
   bool used = false;
 };
 
-struct Qp {
+struct alignas(64) Qp {
   uint32_t qpn = 0;
   uint32_t pd = 0;
   bool in_use = false;
