@@ -37,6 +37,8 @@ done
 for v in "$seconds" "$rounds" "$settle"; do
   [[ $v =~ ^[0-9]+$ ]] || { echo "--seconds, --rounds and --settle take whole numbers" >&2; exit 2; }
 done
+# scripts/bench-memif-baseline.sh, the baseline, measures for 2 s or more.
+((seconds >= 2)) || { echo "--seconds must be 2 or more" >&2; exit 2; }
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
 nic=build/app/mrc-nic
@@ -50,9 +52,13 @@ settle() {  # prints the round trip once under 150 ns, or the last one after $se
   done
 }
 work=$(mktemp -d)
-pids=()
+# nic_pair runs in a pipeline's subshell (| tee), so the pids it starts are
+# kept in a file the exit trap can read.
+started() { echo "$1" >>"$work/pids"; }
 cleanup() {
-  for p in "${pids[@]}"; do pkill -KILL -P "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done
+  if [ -f "$work/pids" ]; then
+    while read -r p; do pkill -KILL -P "$p" 2>/dev/null || true; kill -KILL "$p" 2>/dev/null || true; done <"$work/pids"
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -96,18 +102,20 @@ nic_pair() { # [--responder-zc] label planes requester-args...
   if ((zc)); then
     timeout 120 "${requester[@]}" >"$work/c.json" 2>"$work/c.log" &
     local req=$!
-    pids+=("$req")
+    started "$req"
     for _ in $(seq 1 100); do [ -S "$work/m.sock" ] && break; sleep 0.05; done
     timeout 120 "${responder[@]}" >"$work/s.json" 2>"$work/s.log" &
-    pids+=($!)
+    local resp=$!
+    started "$resp"
     wait "$req" || true
   else
     timeout 120 "${responder[@]}" >"$work/s.json" 2>"$work/s.log" &
-    pids+=($!)
+    local resp=$!
+    started "$resp"
     for _ in $(seq 1 100); do [ -S "$work/m.sock" ] && break; sleep 0.05; done
     timeout 120 "${requester[@]}" >"$work/c.json" 2>"$work/c.log" || true
   fi
-  wait "${pids[-1]}" 2>/dev/null || true
+  wait "$resp" 2>/dev/null || true
   rtt1=$(rtt)
   local rc=0
   /usr/bin/python3 - "$work/c.json" "$label" "$rtt0" "$rtt1" <<'EOF' || rc=$?
