@@ -78,27 +78,21 @@ nic_pair() { # [--responder-zc] label planes requester-args...
   rm -f "$work/m.sock"
   local rsize
   rsize=$(memif_rsize "$planes")
+  memif_roles "$zc"
   for ((p = 0; p < planes; ++p)); do
     local common="id=$p,socket=$work/m.sock,socket-abstract=no,bsize=8192,rsize=$rsize"
-    if ((zc)); then
-      vs+=(--vdev "net_memif$p,role=client,$common,zero-copy=yes")
-      vc+=(--vdev "net_memif$p,role=server,$common")
-    else
-      vs+=(--vdev "net_memif$p,role=server,$common")
-      vc+=(--vdev "net_memif$p,role=client,$common")
-    fi
+    vs+=(--vdev "net_memif$p,$MEMIF_RESPONDER_ROLE,$common")
+    vc+=(--vdev "net_memif$p,$MEMIF_REQUESTER_ROLE,$common")
     ps+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
     pc+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
   done
   local eal=(--no-huge -m 1024 --no-pci --no-shconf --log-level='*:error') rtt0 rtt1
-  local responder=("$nic" "${eal[@]}" -l 0,1 "${vs[@]}" -- --device mrc1 "${ps[@]}" --telemetry false
-    --workload write --wl-listen "$port")
+  local responder=("$nic" "${eal[@]}" "${MEMIF_RESPONDER_EAL[@]}" -l 0,1 "${vs[@]}" -- --device mrc1 "${ps[@]}"
+    --telemetry false --workload write --wl-listen "$port")
   local requester=("$nic" "${eal[@]}" --lcores '0@1,1@0' "${vc[@]}" -- --device mrc0 "${pc[@]}" --telemetry false
     --workload write --wl-connect "127.0.0.1:$port" --wl-seconds "$seconds" "$@")
-  # A zero-copy client needs its memory in one file that memif can share.
-  ((zc)) && responder=("${responder[0]}" --single-file-segments "${responder[@]:1}")
   rtt0=$(settle)
-  # The memif server starts first: a client finds no socket otherwise.
+  # The memif server starts first (memif_roles).
   if ((zc)); then
     timeout 120 "${requester[@]}" >"$work/c.json" 2>"$work/c.log" &
     local req=$!

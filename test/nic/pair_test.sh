@@ -76,58 +76,48 @@ free_port() {
   $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# The memif roles of the two ends (memif_roles): responder_zc=1 makes the
+# responder a zero-copy memif client.
+. "$(dirname "$0")/../../scripts/memif-rings.sh"
+
 # "server" and "client" below are the workload's roles (responder mrc1 and
-# requester mrc0). The responder is also the memif server, unless
-# responder_zc=1 makes it a zero-copy memif client.
+# requester mrc0).
 memif_pair() { # extra client args...
-  local port prefix planes_s=() planes_c=() vdev_s=() vdev_c=() eal_s=()
+  local port prefix planes_s=() planes_c=() vdev_s=() vdev_c=()
   port=$(free_port)
   prefix="mrcnic$$"
+  memif_roles "$responder_zc"
   for p in 0 1 2 3; do
     local common="id=$p,socket=$work/memif.sock,socket-abstract=no,bsize=8192"
-    if ((responder_zc)); then
-      vdev_s+=(--vdev "net_memif$p,role=client,$common,zero-copy=yes")
-      vdev_c+=(--vdev "net_memif$p,role=server,$common")
-    else
-      vdev_s+=(--vdev "net_memif$p,role=server,$common")
-      vdev_c+=(--vdev "net_memif$p,role=client,$common")
-    fi
+    vdev_s+=(--vdev "net_memif$p,$MEMIF_RESPONDER_ROLE,$common")
+    vdev_c+=(--vdev "net_memif$p,$MEMIF_REQUESTER_ROLE,$common")
     planes_s+=(--plane "mrc1 port=net_memif$p ip=10.0.$p.2")
     planes_c+=(--plane "mrc0 port=net_memif$p ip=10.0.$p.1")
   done
-  # A zero-copy client shares its memory with the server: one file for it.
-  ((responder_zc)) && eal_s=(--single-file-segments)
   rm -f "$work/memif.sock" "$work/server.json" "$work/client.json"
   # Each worker on its own CPU: the server's lcore 1 on CPU 1, the client's on CPU 0.
-  local server_cmd=("$nic" "${eal_common[@]}" "${eal_s[@]}" --file-prefix "${prefix}s" -l 0,1 "${vdev_s[@]}" --
-    --device mrc1 "${planes_s[@]}" "${server_extra[@]}" --workload write --wl-listen "$port")
-  local client_cmd=("$nic" "${eal_common[@]}" --file-prefix "${prefix}c" --lcores '0@1,1@0' "${vdev_c[@]}" --
-    --device mrc0 "${planes_c[@]}" --workload write --wl-connect "127.0.0.1:$port" --wl-bytes "$bytes"
-    --wl-size 1M --wl-qps 4 "$@")
-  # The memif server starts first: a memif client only connects to a socket
-  # that exists. The requester waits for the responder's workload port.
-  if ((responder_zc)); then
-    timeout 120 "${client_cmd[@]}" >"$work/client.json" 2>"$work/client.log" &
-    pids+=($!)
-    client_pid=$!
-  else
-    timeout 120 "${server_cmd[@]}" >"$work/server.json" 2>"$work/server.log" &
+  start_server() {
+    timeout 120 "$nic" "${eal_common[@]}" "${MEMIF_RESPONDER_EAL[@]}" --file-prefix "${prefix}s" -l 0,1 "${vdev_s[@]}" \
+      -- --device mrc1 "${planes_s[@]}" "${server_extra[@]}" --workload write --wl-listen "$port" \
+      >"$work/server.json" 2>"$work/server.log" &
     pids+=($!)
     server_pid=$!
-  fi
+  }
+  start_client() {
+    timeout 120 "$nic" "${eal_common[@]}" --file-prefix "${prefix}c" --lcores '0@1,1@0' "${vdev_c[@]}" -- \
+      --device mrc0 "${planes_c[@]}" --workload write --wl-connect "127.0.0.1:$port" --wl-bytes "$bytes" \
+      --wl-size 1M --wl-qps 4 "$@" >"$work/client.json" 2>"$work/client.log" &
+    pids+=($!)
+    client_pid=$!
+  }
+  # The memif server starts first; the requester waits for the responder's
+  # workload port either way.
+  if ((responder_zc)); then start_client "$@"; else start_server; fi
   for _ in $(seq 1 200); do
     [ -S "$work/memif.sock" ] && break
     sleep 0.05
   done
-  if ((responder_zc)); then
-    timeout 120 "${server_cmd[@]}" >"$work/server.json" 2>"$work/server.log" &
-    pids+=($!)
-    server_pid=$!
-  else
-    timeout 120 "${client_cmd[@]}" >"$work/client.json" 2>"$work/client.log" &
-    pids+=($!)
-    client_pid=$!
-  fi
+  if ((responder_zc)); then start_server; else start_client "$@"; fi
   client_prefix="${prefix}c"
 }
 
