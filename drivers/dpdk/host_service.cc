@@ -52,14 +52,18 @@ struct Mapping {
 };
 
 // Maps a client's memfd after checking it cannot shrink under us (a mapping
-// past a shrunk file would fault on an lcore).
+// past a shrunk file would fault on an lcore). The seal is checked before
+// the size: the client still holds the file, and could shrink it and then
+// seal it between a size check and a seal check.
 std::string map_memfd(int fd, size_t bytes, Mapping& out) {
   struct stat st {};
   if (fd < 0) return "no memory file came with the request";
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return "not a memory file";
-  if (bytes == 0 || uint64_t(st.st_size) < bytes) return fmt::format("memory file holds {} bytes, {} needed", st.st_size, bytes);
   const int seals = fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_SHRINK)) return "memory file is not sealed against shrinking";
+  if (fstat(fd, &st) != 0) return "not a memory file";
+  if (bytes == 0 || uint64_t(st.st_size) < bytes)
+    return fmt::format("memory file holds {} bytes, {} needed", st.st_size, bytes);
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return fmt::format("mmap: {}", std::strerror(errno));
   out = {p, bytes};
