@@ -16,7 +16,11 @@ namespace {
 
 constexpr uint32_t kMaxMessageBytes = 1u << 31;
 
-bool in_flight_range(const Qp& qp, uint32_t psn) { return psn_in_window(psn, qp.snd_una, qp.snd_nxt - qp.snd_una); }
+// PSNs are 24 bits: the window's size is masked too, or one that spans the
+// wrap (snd_nxt numerically below snd_una) would hold every PSN.
+bool in_flight_range(const Qp& qp, uint32_t psn) {
+  return psn_in_window(psn, qp.snd_una, (qp.snd_nxt - qp.snd_una) & kPsnMask);
+}
 
 // Packets leave in bursts with one timestamp, in PSN order (resent ones
 // first, and they have the lowest PSNs): the PSN breaks the tie.

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "sim/fabric.h"
+#include "wire/psn.h"
 #include "sim/placement_ledger.h"
 #include "workload.h"
 
@@ -1625,4 +1626,55 @@ TEST_CASE("no plane charge outlives its packet") {
   for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) after[e.plane] += e.ctr[EvCtr::tx_pkts];
   INFO("second flight: plane 0 " << after[0] - before[0] << ", plane 1 " << after[1] - before[1]);
   CHECK(after[0] - before[0] == after[1] - before[1]);
+}
+
+// PSNs are 24 bits: a send window that spans 0xFFFFFF -> 0 must hold only
+// what was sent. Unmasked, it held every PSN: a timeout's walk over the
+// window never ended, and an ACK for a PSN never sent was taken.
+TEST_CASE("a send window across the PSN wrap holds only what was sent") {
+  const uint32_t sq_psn = GENERATE(0x100u, 0xFFFFF8u);
+  INFO("sq_psn " << std::hex << sq_psn);
+  SECTION("a timeout resends the window and stops") {
+    QpAttr a;
+    a.sq_psn = sq_psn;
+    a.timeout = 4;
+    a.retry_linear = 1;
+    a.retry_exp = 1;
+    Pair p(basic(), a);
+    for (uint32_t pl = 0; pl < 4; ++pl)  // every packet lost
+      p.net.uplink(0, pl).set_sink([](std::vector<uint8_t>, uint64_t, uint32_t) {});
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 16 * 4096)) == 0);
+    p.net.run_until_idle(p.net.now() + 50'000'000);
+    const QpInfo qi = p.info(0);
+    CHECK(qi.ctr[QpCtr::rto_fired] > 0);
+    CHECK(qi.ctr[QpCtr::tx_retransmits] <= 16 * qi.ctr[QpCtr::rto_fired]);
+    REQUIRE(p.net.completions(0).size() == 1);
+    CHECK(p.net.completions(0)[0].status == WcStatus::retry_exc_err);
+  }
+  SECTION("an ACK for a PSN never sent is dropped as stale") {
+    QpAttr a;
+    a.sq_psn = sq_psn;
+    Pair p(basic(), a);
+    for (uint32_t pl = 0; pl < 4; ++pl)  // the responder receives nothing
+      p.net.uplink(0, pl).set_sink([](std::vector<uint8_t>, uint64_t, uint32_t) {});
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 16 * 4096)) == 0);
+    p.net.run_until(p.net.now() + 500);
+    QpInfo qi = p.info(0);
+    REQUIRE(qi.snd_nxt == wire::psn_add(sq_psn, 16));
+    std::vector<uint8_t> buf(512);
+    wire::Addressing ad;
+    ad.src_ip = p.net.addr(1, 0).ip;
+    ad.dst_ip = p.net.addr(0, 0).ip;
+    auto m = wire::begin_frame(buf, ad, uint8_t(wire::Opcode::mrc_ack), false, 0);
+    REQUIRE(m.base);
+    m.bth().set_dest_qp(p.qp.qpn_a);
+    m.bth().set_psn(wire::psn_add(qi.snd_nxt, 4));
+    m.aeth().set_syndrome(wire::kAethAck);
+    wire::finish_frame(m);
+    p.net.engine(0).on_rx(0, {buf.data(), m.at.size}, p.net.now());
+    p.net.poll(0);
+    qi = p.info(0);
+    CHECK(qi.ctr[QpCtr::rx_drop_stale_ack] == 1);
+    CHECK(p.net.completions(0).empty());
+  }
 }
