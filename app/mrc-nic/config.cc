@@ -35,7 +35,7 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(0, 25))
       ->capture_default_str();
   app.add_option("--mpr", o.mpr, "requester and responder window, units of 128 PSNs")
-      ->check(CLI::Range(1u, 1024u))
+      ->check(CLI::Range(1u, wire::kMaxMpr))
       ->capture_default_str();
   app.add_option("--max-wimm", o.max_wimm, "WRITE_IMM in flight per QP")->capture_default_str();
   app.add_option("--max-qps", o.max_qps, "QPs per device")->check(CLI::Range(1u, 65536u))->capture_default_str();

@@ -912,7 +912,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--retry-exp", o.retry_exp, "exponential retries (-1: 25 for mrc, 0 for rocev2)")
       ->capture_default_str();
-  app.add_option("--mpr", o.mpr)->capture_default_str();
+  app.add_option("--mpr", o.mpr, "requester and responder window, units of 128 PSNs")
+      ->check(CLI::Range(1u, wire::kMaxMpr))
+      ->capture_default_str();
   app.add_option("--tail-probe-ns", o.tail_probe_ns,
                  "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
       ->capture_default_str();

@@ -741,7 +741,7 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
   d.max_mr_size = uint64_t(1) << 40;
   d.max_wimm = 1024;
   d.max_wimm_dest = 1024;
-  d.max_mpr = 255;  // the API's field is 8 bits; the engine takes up to 1024
+  d.max_mpr = wire::kMaxMpr;
   d.mpr_resolution = 1;
   d.transport = dev.spec().engine.transport == engine::Transport::mrc ? 0 : 1;
   d.events_token = c.token;

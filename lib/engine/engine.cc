@@ -204,7 +204,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
     return ModifyError::ok;
   }
   if (to == QpState::rtr) {
-    if (a.pmtu < kMinPmtu || a.pmtu > kMaxPmtu || a.mpr_dest == 0 || a.mpr_dest > 1024 || a.max_wimm_dest == 0 ||
+    if (a.pmtu < kMinPmtu || a.pmtu > kMaxPmtu || a.mpr_dest == 0 || a.mpr_dest > kMaxMpr || a.max_wimm_dest == 0 ||
         (a.pmtu & 3))
       return ModifyError::bad_attr;
     qp.attr.pmtu = a.pmtu;
@@ -237,7 +237,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
   }
   // RTS
   if (from == QpState::rtr) {
-    if (a.timeout > 24 || a.retry_linear > 7 || a.retry_exp > 25 || a.mpr == 0 || a.mpr > 1024 || a.max_wimm == 0)
+    if (a.timeout > 24 || a.retry_linear > 7 || a.retry_exp > 25 || a.mpr == 0 || a.mpr > kMaxMpr || a.max_wimm == 0)
       return ModifyError::bad_attr;
     qp.attr.sq_psn = a.sq_psn & kPsnMask;
     qp.attr.timeout = a.timeout;

@@ -27,11 +27,12 @@ void bit_clear(Qp& qp, uint32_t psn) {
   qp.rcv_bits[i >> 6] &= ~(1ull << (i & 63));
 }
 
-// The 64 receive bits from `base` on, as SACK bitmap bit 0 up; PSNs at or
-// beyond the window read as zero (their ring slots belong to older PSNs).
+// The 64 receive bits from `base` on, as SACK bitmap bit 0 up; PSNs beyond
+// the window (cack + 1 to cack + rcv_window) read as zero: their ring slots
+// belong to older PSNs.
 uint64_t bits_from(const Qp& qp, uint32_t base) {
   const int32_t off = psn_diff(base, qp.rcv_cack);
-  const int32_t valid = int32_t(qp.rcv_window) - off;
+  const int32_t valid = int32_t(qp.rcv_window) - off + 1;
   if (off <= 0 || valid <= 0) return 0;
   const uint32_t i = base & qp.rcv_bits_mask;
   const uint32_t words_mask = static_cast<uint32_t>(qp.rcv_bits.size() - 1);

@@ -272,5 +272,9 @@ inline constexpr uint32_t kUdpEvMask = 0xFFFF;
 inline constexpr uint32_t kPsnMask = 0xFFFFFF;
 inline constexpr uint32_t kPsnHalfRange = 1u << 23;
 inline constexpr unsigned kMprUnitPsns = 128;  // [P mrc.h: MPR in units of 128 PSNs]
+// MPR is one byte [P mrc.h: max_mpr], and the SACK's offsets are 16-bit
+// signed: a window of at most 255 x 128 PSNs keeps every offset within it.
+inline constexpr unsigned kMaxMpr = 255;
+static_assert(kMaxMpr * kMprUnitPsns <= 32768);
 
 }  // namespace mrc::wire

@@ -1678,3 +1678,47 @@ TEST_CASE("a send window across the PSN wrap holds only what was sent") {
     CHECK(p.net.completions(0).empty());
   }
 }
+
+// The SACK carries its offsets in 16 signed bits and MPR travels in a byte:
+// a window of kMaxMpr units is the largest, and its far end still decodes.
+TEST_CASE("the largest MPR keeps every SACK offset decodable") {
+  {
+    QpAttr a;
+    a.mpr = a.mpr_dest = wire::kMaxMpr + 1;
+    sim::TestNet net(basic());
+    CHECK(net.connect_qp_pair(0, 1, a, 0, 0).error == ModifyError::bad_attr);
+  }
+  QpAttr a;
+  a.mpr = a.mpr_dest = wire::kMaxMpr;
+  Pair p(basic(), a);
+  std::vector<std::vector<uint8_t>> acks;
+  for (uint32_t pl = 0; pl < 4; ++pl)
+    p.net.uplink(1, pl).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t) { acks.push_back(std::move(f)); });
+  // One packet at the window's far end, behind a hole at its start.
+  const uint32_t psn = wire::psn_add(p.info(1).rcv_cack, wire::kMaxMpr * wire::kMprUnitPsns);
+  std::vector<uint8_t> buf(512);
+  wire::Addressing ad;
+  ad.src_ip = p.net.addr(0, 0).ip;
+  ad.dst_ip = p.net.addr(1, 0).ip;
+  auto m = wire::begin_frame(buf, ad, uint8_t(wire::Opcode::mrc_write_only), false, 64);
+  REQUIRE(m.base);
+  m.bth().set_dest_qp(p.qp.qpn_b);
+  m.bth().set_psn(psn);
+  m.bth().set_ack_req(true);
+  m.reth().set_va(0x900000);
+  m.reth().set_rkey(p.rkey);
+  m.reth().set_dma_len(64);
+  wire::finish_frame(m);
+  p.net.engine(1).on_rx(0, {buf.data(), m.at.size}, p.net.now());
+  p.net.run_until(p.net.now() + 10'000);
+  REQUIRE(p.info(1).ctr[QpCtr::rx_data_pkts] == 1);
+  REQUIRE(!acks.empty());
+  wire::Packet pk;
+  REQUIRE(wire::parse_frame(acks.back(), pk) == wire::ParseError::ok);
+  REQUIRE(pk.at.opcode == uint8_t(wire::Opcode::mrc_sack));
+  const uint64_t bitmap = pk.seth().sack_bitmap();
+  REQUIRE(bitmap != 0);
+  // As the requester reads it.
+  const uint32_t base = wire::psn_add(pk.seth().cack_psn(), static_cast<int16_t>(pk.seth().sack_offset()));
+  CHECK(wire::psn_add(base, 63 - std::countl_zero(bitmap)) == psn);
+}
