@@ -231,7 +231,11 @@ struct alignas(64) Qp {
   uint16_t ack_trigger_ts = 0;
   bool ack_trigger_ecn = false;
   // RoCEv2 responder: the message being placed in order.
-  const Mr* rc_mr = nullptr;
+  // The message being placed. Its region is looked up again by key for each
+  // packet: one deregistered (or its slot reused) mid-message must refuse
+  // the rest, not take them.
+  bool rc_in_msg = false;
+  uint32_t rc_rkey = 0;
   uint64_t rc_va = 0;
   uint32_t rc_remaining = 0;
   uint32_t rc_msg_len = 0;

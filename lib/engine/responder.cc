@@ -284,14 +284,16 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
   uint8_t nak = 0;
   if (first) {
     const RethView reth = p.reth();
-    // RC checks the whole message once, on its first packet.
-    if (const Mr* mr = check_remote_write(qp, reth.rkey(), reth.va(), reth.dma_len(), nak)) {
-      qp.rc_mr = mr;
+    // RC checks the whole message on its first packet, and each packet's
+    // bytes again below.
+    if (check_remote_write(qp, reth.rkey(), reth.va(), reth.dma_len(), nak)) {
+      qp.rc_in_msg = true;
+      qp.rc_rkey = reth.rkey();
       qp.rc_va = reth.va();
       qp.rc_remaining = reth.dma_len();
       qp.rc_msg_len = reth.dma_len();
     }
-  } else if (!qp.rc_mr) {
+  } else if (!qp.rc_in_msg) {
     qp.ctr.inc(QpCtr::rx_drop_bad_msg);
     nak = kAethNakInvalidReq;
   }
@@ -300,11 +302,12 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
     qp.ctr.inc(QpCtr::rx_drop_bad_msg);
     nak = kAethNakInvalidReq;
   }
-  if (nak) {
-    qp.rc_mr = nullptr;
+  const Mr* mr = nak ? nullptr : check_remote_write(qp, qp.rc_rkey, qp.rc_va, len, nak);
+  if (!mr) {
+    qp.rc_in_msg = false;
     return send_aeth(qp, plane, sport, psn, nak);
   }
-  if (len) env.payload_to_host(qp.rc_mr->ptr + (qp.rc_va - qp.rc_mr->iova), p.payload().data(), len);
+  if (len) env.payload_to_host(mr->ptr + (qp.rc_va - mr->iova), p.payload().data(), len);
   qp.rc_va += len;
   qp.rc_remaining -= len;
   qp.rcv_cack = psn;
@@ -322,7 +325,7 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
       qp.ctr.inc(QpCtr::imm_delivered);
       complete(qp, r.wr_id, WcStatus::success, WcOpcode::recv_rdma_with_imm, qp.rc_msg_len, p.imm().imm(), true);
     }
-    qp.rc_mr = nullptr;
+    qp.rc_in_msg = false;
   }
   schedule_ack(qp, p.bth().ack_req(), now);
 }

@@ -1722,3 +1722,28 @@ TEST_CASE("the largest MPR keeps every SACK offset decodable") {
   const uint32_t base = wire::psn_add(pk.seth().cack_psn(), static_cast<int16_t>(pk.seth().sack_offset()));
   CHECK(wire::psn_add(base, 63 - std::countl_zero(bitmap)) == psn);
 }
+
+// RoCEv2 places a message's packets in order after checking its first: a
+// region deregistered mid-message, its slot then reused by a region that
+// grants none of those bytes, must refuse the rest.
+TEST_CASE("rocev2: a region deregistered mid-message takes no more of it") {
+  Pair p(basic(Transport::rocev2, 1));
+  std::vector<uint8_t> guard(1 << 20, 0);
+  const Nanos t0 = p.net.now();
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 16 * 4096)) == 0);
+  while (p.info(1).ctr[QpCtr::rx_data_pkts] == 0 && p.net.now() < t0 + 1'000'000) p.net.run_until(p.net.now() + 10);
+  const uint64_t placed_before = p.info(1).ctr[QpCtr::rx_data_pkts];
+  REQUIRE(placed_before >= 1);
+  REQUIRE(placed_before < 16);
+  REQUIRE(p.net.engine(1).dereg_mr(p.x));
+  uint32_t l = 0, r = 0;
+  REQUIRE(p.net.engine(1).reg_mr(1, guard.data(), 0x900000, 4096, kAccessLocalWrite, l, r));
+  p.net.run_until_idle(t0 + 10'000'000);
+  size_t touched = 0;
+  for (uint8_t b : guard) touched += b != 0;
+  CHECK(touched == 0);
+  CHECK(p.info(1).ctr[QpCtr::rx_data_pkts] == placed_before);
+  CHECK(p.info(1).ctr[QpCtr::rx_drop_bad_rkey] >= 1);
+  REQUIRE(p.net.completions(0).size() == 1);
+  CHECK(p.net.completions(0)[0].status == WcStatus::rem_access_err);
+}
