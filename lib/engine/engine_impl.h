@@ -452,7 +452,7 @@ struct Engine::Impl {
   bool wants_ack_req(Qp& qp, uint32_t sq_index, bool retransmit);
   void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
   void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);
-  void deliver_imms(Qp& qp);
+  bool deliver_imms(Qp& qp, uint32_t& refused_psn);
   // The region `rkey` names if it takes a remote write of [va, va + len);
   // else nullptr, with the refusal counted and its NAK syndrome in `nak`.
   const Mr* check_remote_write(Qp& qp, uint32_t rkey, uint64_t va, uint64_t len, uint8_t& nak);

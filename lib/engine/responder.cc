@@ -127,7 +127,10 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
       bit_clear(qp, next);
       qp.rcv_cack = next;
     }
-    if (qp.stash_used) deliver_imms(qp);
+    uint32_t refused_psn = 0;
+    // A WRITE_IMM that found no receive posted put the QP in ERROR: the
+    // requester must hear that, not see the message acknowledged.
+    if (qp.stash_used && !deliver_imms(qp, refused_psn)) return send_aeth(qp, plane, ev, refused_psn, kAethNakRemoteOp);
     if (qp.ack_req_waiting && psn_le(qp.ack_req_psn, qp.rcv_cack)) {
       qp.ack_req_waiting = false;
       ack_at_once = true;
@@ -146,20 +149,23 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
 }
 
 // Every WRITE_IMM at or below the cumulative ACK has all earlier packets of
-// all earlier messages placed: deliver them, lowest PSN first.
-void Engine::Impl::deliver_imms(Qp& qp) {
+// all earlier messages placed: deliver them, lowest PSN first. False when
+// one finds no receive posted (MRC has no RNR: the application must have
+// posted its receives); the QP is then in ERROR and refused_psn names it.
+bool Engine::Impl::deliver_imms(Qp& qp, uint32_t& refused_psn) {
   for (;;) {
     ImmStash* next = nullptr;
     for (ImmStash& s : qp.stash) {
       if (s.used && psn_le(s.psn, qp.rcv_cack) && (!next || psn_lt(s.psn, next->psn))) next = &s;
     }
-    if (!next) return;
+    if (!next) return true;
     next->used = false;
     --qp.stash_used;
     if (qp.rq_head == qp.rq_tail) {
-      // MRC has no RNR: the application must have posted its receives.
       qp.ctr.inc(QpCtr::rx_drop_no_recv_wqe);
-      return enter_error(qp, WcStatus::fatal_err);
+      refused_psn = next->psn;
+      enter_error(qp, WcStatus::fatal_err);
+      return false;
     }
     const RecvWr& r = qp.rq[qp.rq_head++ & qp.rq_mask];
     qp.ctr.inc(QpCtr::imm_delivered);
@@ -317,9 +323,10 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
   if (p.at.flags & kOpLast) {
     ++qp.rc_msn;
     if (p.at.imm) {
-      if (qp.rq_head == qp.rq_tail) {
+      if (qp.rq_head == qp.rq_tail) {  // no RNR here either: the requester fails at once
         qp.ctr.inc(QpCtr::rx_drop_no_recv_wqe);
-        return enter_error(qp, WcStatus::fatal_err);
+        enter_error(qp, WcStatus::fatal_err);
+        return send_aeth(qp, plane, sport, psn, kAethNakRemoteOp);
       }
       const RecvWr& r = qp.rq[qp.rq_head++ & qp.rq_mask];
       qp.ctr.inc(QpCtr::imm_delivered);

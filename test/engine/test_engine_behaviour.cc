@@ -1747,3 +1747,21 @@ TEST_CASE("rocev2: a region deregistered mid-message takes no more of it") {
   REQUIRE(p.net.completions(0).size() == 1);
   CHECK(p.net.completions(0)[0].status == WcStatus::rem_access_err);
 }
+
+// A WRITE_IMM that finds no receive posted fails the responder's QP; the
+// requester must be told so, not see the message acknowledged.
+TEST_CASE("a WRITE_IMM with no receive posted fails on both sides") {
+  for (Transport t : {Transport::mrc, Transport::rocev2}) {
+    INFO((t == Transport::mrc ? "mrc" : "rocev2"));
+    Pair p(basic(t, t == Transport::mrc ? 4 : 1));
+    SendWr w = p.write(1, 100);
+    w.opcode = WrOpcode::rdma_write_with_imm;
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, w) == 0);
+    p.net.run_until_idle(p.net.now() + 100'000'000);
+    CHECK(p.info(1).state == QpState::error);
+    CHECK(p.info(1).ctr[QpCtr::rx_drop_no_recv_wqe] == 1);
+    REQUIRE(p.net.completions(0).size() == 1);
+    CHECK(p.net.completions(0)[0].status == WcStatus::rem_op_err);
+    CHECK(p.info(0).state == QpState::error);
+  }
+}
