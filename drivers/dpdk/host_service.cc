@@ -223,7 +223,7 @@ struct Client {
   Device* dev = nullptr;
   uint32_t pid = 0;
   bool admin = false;  // CAP_NET_ADMIN: may use the controller API
-  uint32_t next_handle = 1;
+  uint32_t next_handle = 1;  // HostService::Impl::new_handle()
   std::map<uint32_t, Segment> segments;
   std::vector<Mapping> retired;  // released segments a requester may still read
   std::set<uint32_t> pds;
@@ -267,6 +267,7 @@ struct HostService::Impl {
   std::mutex ctl_mu;
   std::vector<std::pair<uint32_t, EvEventRecord>> ev_events;
   std::vector<std::pair<uint32_t, EndpointResponse>> ep_responses;
+  static constexpr size_t kMaxEpResponses = 4096;
 
   void post_ev_event(uint32_t dev, const EvEventRecord& e) {
     {
@@ -282,7 +283,10 @@ struct HostService::Impl {
   void post_ep_response(uint32_t dev, const EndpointResponse& r) {
     if (!ep_waiting.load(std::memory_order_acquire)) return;
     std::lock_guard<std::mutex> g(ctl_mu);
-    if (ep_responses.size() < 4096) ep_responses.emplace_back(dev, r);
+    if (ep_responses.size() < kMaxEpResponses)
+      ep_responses.emplace_back(dev, r);
+    else
+      ctr.inc(HostCtr::ep_responses_dropped);
   }
 
   // Controller requests.
@@ -320,6 +324,7 @@ struct HostService::Impl {
   std::vector<uint8_t> rx_buf;
   void reclaim(Client& c);
   void send_event(Client& c, const abi::Event& e);
+  uint32_t new_handle(Client& c);
   void check_links();
 
   // Requests.
@@ -936,7 +941,7 @@ std::string HostService::Impl::reg_mr(Client& c, const abi::RegMr& r, int fd, ab
     return "the device's region table is full";
   }
   ++s.refs;
-  const uint32_t h = c.next_handle++;
+  const uint32_t h = new_handle(c);
   c.mrs[h] = {lkey, rkey, r.pd, r.segment};
   rs.mr = {h, lkey, rkey};
   ctr.inc(HostCtr::mrs_registered);
@@ -986,7 +991,7 @@ std::string HostService::Impl::create_cq(Client& c, const abi::CreateCq& r, int 
     ctr.inc(HostCtr::bad_memfds);
     return "CQ memory: " + e;
   }
-  cq->handle = c.next_handle++;
+  cq->handle = new_handle(c);
   cq->depth = r.depth;
   cq->hdr = static_cast<abi::QueueHeader*>(cq->map.p);
   cq->ring = abi::entries<abi::Cqe>(cq->map.p);
@@ -1058,7 +1063,7 @@ std::string HostService::Impl::create_qp(Client& c, const abi::CreateQp& r, int 
   q->shard = c.dev->shards()[shard].get();
   HostShard* app = apps[di][shard].get();
   HostQp* qp = q.get();
-  q->handle = c.next_handle++;  // before the lcore can see the QP (its events name it)
+  q->handle = new_handle(c);  // before the lcore can see the QP (its events name it)
   uint32_t qpn = 0;
   q->shard->call([&] {
     qpn = qp->shard->engine().create_qp(r.pd, {r.sq_depth, r.rq_depth});
@@ -1300,8 +1305,25 @@ std::string HostService::Impl::destroy_qp(Client& c, uint32_t handle) {
 }
 
 void HostService::Impl::send_event(Client& c, const abi::Event& e) {
-  if (c.events_fd < 0) return;
-  if (send_msg(c.events_fd, &e, sizeof e)) ctr.inc(HostCtr::async_events);
+  if (c.events_fd >= 0 && send_msg(c.events_fd, &e, sizeof e))
+    ctr.inc(HostCtr::async_events);
+  else  // no events connection, or its buffer is full: the client reads too slowly
+    ctr.inc(HostCtr::async_events_dropped);
+}
+
+// Handles name a client's MRs, CQs, QPs and event CQs. A client that
+// allocates 2^32 of them wraps the counter: a handle still in use is passed
+// over, never given twice.
+uint32_t HostService::Impl::new_handle(Client& c) {
+  const auto& sinks = ctl[c.dev->index()].sinks;
+  auto taken = [&](uint32_t h) {
+    if (h == 0 || c.mrs.count(h) || c.cqs.count(h) || c.qps.count(h)) return true;
+    return std::any_of(sinks.begin(), sinks.end(),
+                       [&](const EventSink& k) { return k.client == c.id && k.handle == h; });
+  };
+  uint32_t h = c.next_handle++;
+  while (taken(h)) h = c.next_handle++;
+  return h;
 }
 
 void HostService::Impl::check_links() {
@@ -1416,7 +1438,7 @@ std::string HostService::Impl::ctl_handle(Client& c, const abi::Request& rq, std
         return "event CQ memory: " + e;
       }
       sink.client = c.id;
-      sink.handle = c.next_handle++;
+      sink.handle = new_handle(c);
       sink.depth = r.depth;
       sink.hdr = static_cast<abi::QueueHeader*>(sink.map.p);
       sink.ring = abi::entries<abi::CtlEvent>(sink.map.p);

@@ -58,16 +58,19 @@ namespace mrc::dp {
   X(rx_bursts, "RX bursts that returned frames (frames per burst = ratio)") \
   X(tx_bursts, "TX bursts that sent frames (frames per burst = ratio)")
 
-// Written by the host service's control thread.
-#define MRC_HOST_COUNTERS(X)                                                     \
-  X(clients_connected, "host clients that connected")                            \
-  X(clients_reclaimed, "host clients gone; their QPs, CQs and MRs reclaimed")     \
-  X(bad_requests, "control requests refused as malformed")                       \
-  X(requests_failed, "control requests that failed (errno returned)")            \
-  X(bad_memfds, "memory refused: not a sealed memfd of the announced size")      \
-  X(mrs_registered, "memory regions registered")                                 \
-  X(qps_created, "host QPs created")                                             \
-  X(async_events, "async events sent to clients")
+// Written by the host service's control thread (ep_responses_dropped by the
+// workers that hear the responses, under the service's control lock).
+#define MRC_HOST_COUNTERS(X)                                                             \
+  X(clients_connected, "host clients that connected")                                    \
+  X(clients_reclaimed, "host clients gone; their QPs, CQs and MRs reclaimed")            \
+  X(bad_requests, "control requests refused as malformed")                               \
+  X(requests_failed, "control requests that failed (errno returned)")                    \
+  X(bad_memfds, "memory refused: not a sealed memfd of the announced size")              \
+  X(mrs_registered, "memory regions registered")                                         \
+  X(qps_created, "host QPs created")                                                     \
+  X(async_events, "async events sent to clients")                                        \
+  X(async_events_dropped, "async events lost: no events connection, or its buffer full") \
+  X(ep_responses_dropped, "endpoint responses past the 4,096 kept while an ep_send waits")
 
 #define MRC_X_ENUM(name, ...) name,
 enum class ShardCtr : uint16_t { MRC_SHARD_COUNTERS(MRC_X_ENUM) count };

@@ -127,7 +127,7 @@ case $case_name in
     }
     tail -1 "$work/hostile.txt"
     run_api_test after-hostile
-    for k in bad_requests bad_memfds async_events clients_reclaimed; do
+    for k in bad_requests bad_memfds async_events async_events_dropped clients_reclaimed; do
       v=$(counter /mrc/host "$k")
       [ "$v" -gt 0 ] || fail "/mrc/host $k is $v after the hostile client"
       echo "/mrc/host $k = $v"

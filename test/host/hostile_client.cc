@@ -315,6 +315,29 @@ int main(int argc, char** argv) {
     check(wait_event(a.events, 1, bad_rq.handle), "an RQ producer index out of range fails the QP");
   }
 
+  // A client without an events connection: the QP_FATAL it earns has nowhere
+  // to go, and the NIC counts it lost (async_events_dropped, checked by the
+  // test script) instead of saying nothing.
+  {
+    const int fd = connect_to(a_path);
+    abi::Request rq{};
+    rq.op = abi::Op::hello;
+    rq.hello = {abi::kAbiVersion, uint32_t(getpid())};
+    check(call(fd, rq).err == 0, "hello without an events connection");
+    const uint32_t pd2 = alloc_pd(fd);
+    const Cq cq = create_cq(fd, 16);
+    Qp q = create_qp(fd, pd2, cq, 16);
+    check(q.handle != 0, "a QP of a client without events");
+    abi::store_release(q.sq()->prod, 0x7fff0000);
+    bool failed = false;
+    for (int i = 0; i < 500 && !failed; ++i) {
+      failed = abi::load_acquire(q.sq()->error) == 1;
+      if (!failed) usleep(10000);
+    }
+    check(failed, "its QP fails all the same (error word set)");
+    close(fd);
+  }
+
   // A connected pair A -> B, then a CQ whose consumer index is garbage.
   {
     const uint32_t pdb = alloc_pd(b.fd);
