@@ -285,7 +285,7 @@ LinkVerdict on_solicit(const PlaneIdentity& me, const Ip6& our_ip, std::span<con
   const Ip6 reply_dst = dad ? kAllNodes : src;
   const uint64_t reply_mac =
       dad ? multicast_mac(kAllNodes) : source_lla.value_or(wire::EthView(frame.data()).src_mac());
-  if (!dad && is_group_mac(reply_mac)) return LinkVerdict::malformed;
+  if (!dad && !is_station_mac(reply_mac)) return LinkVerdict::malformed;  // no reply to a group or zero MAC
 
   write_nd(reply.data(), {.dst_mac = reply_mac,
                           .src_mac = me.mac,

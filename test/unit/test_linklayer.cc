@@ -303,6 +303,12 @@ TEST_CASE("invalid or foreign Neighbour Solicitations are dropped", "[linklayer]
   o.src = kAllNodes;  // a multicast source is never valid
   CHECK(verdict(o) == LinkVerdict::malformed);
   o = {};
+  o.slla_mac = 0;  // an all-zero link address: nowhere to answer (ARP refuses it too)
+  CHECK(verdict(o) == LinkVerdict::malformed);
+  o = {};
+  o.slla_mac = 0x010203040506ull;  // a group link address
+  CHECK(verdict(o) == LinkVerdict::malformed);
+  o = {};
   o.src = kUnspecified;  // DAD must not carry a source link-layer option
   CHECK(verdict(o) == LinkVerdict::malformed);
   o = {};
