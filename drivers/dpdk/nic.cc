@@ -312,6 +312,15 @@ struct Shard::Impl final : engine::Env {
                                                       static_cast<uint16_t>(t.n));
                             })
             : rte_ring_sp_enqueue_burst(t.handoff, reinterpret_cast<void* const*>(t.staged.data()), t.n, nullptr);
+    if (t.queue >= 0 && faulted[plane]) {
+      // The PMD stopped mid-burst, and may already have freed some of the
+      // frames it copied: none is sent again or freed here. Up to a burst of
+      // mbufs leaks per fault, against a double free.
+      s.ctr_.inc(ShardCtr::tx_lost_in_fault, t.n);
+      s.plane_ctr_[plane].inc(PlaneCtr::drops, t.n);
+      t.n = 0;
+      return;
+    }
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < sent; ++i) bytes += len[i];
     if (t.queue >= 0) {
