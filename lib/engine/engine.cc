@@ -620,6 +620,10 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
   for (uint32_t qpn : qpns()) {
     Qp& qp = I.qps[qpn - I.first_qpn];
     if (qp.state != QpState::rts) continue;
+    if (I.cfg.transport != Transport::mrc) {  // no EV health, no probes: the QP waits for the plane
+      if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
+      continue;
+    }
     for (uint16_t i = 0; i < qp.evs.size(); ++i) {
       if (qp.evs[i].plane != plane) continue;
       if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);
@@ -692,6 +696,7 @@ bool Engine::set_ev_state(uint32_t qpn, uint32_t ev_index, EvState s, Nanos now)
   auto& I = *impl_;
   Qp* qp = I.find_qp(qpn);
   if (!qp || ev_index >= qp->evs.size() || s == EvState::skip) return false;
+  if (I.cfg.transport != Transport::mrc) return false;  // RoCEv2 has one path and no EV health
   const Impl::ScheduleRefresh refresh(I, qp);
   I.ev_mark(*qp, static_cast<uint16_t>(ev_index), s, now, true);
   return true;

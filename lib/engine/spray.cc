@@ -276,7 +276,15 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
   qp.ev_cold[idx].ctr.inc(EvCtr::probe_replies);
   qp.ctr.inc(QpCtr::rx_probe_replies);
   if (ev.state != EvState::assumed_bad) return;
-  if (!plane_up[ev.plane] || ((qp.peer_planes_down >> ev.plane) & 1)) return;
+  if (!plane_up[ev.plane]) return;
+  // The peer answers only on planes it has up: an answer on a plane it
+  // reported down says that plane is back, though its port status saying
+  // so was lost (sent once, never resent), which would leave the plane out
+  // of use for good, and a QP with no other plane stalled.
+  if ((qp.peer_planes_down >> ev.plane) & 1) {
+    qp.peer_planes_down &= ~(1u << ev.plane);
+    qp.ctr.inc(QpCtr::peer_plane_up_by_probe);
+  }
   qp.ctr.inc(QpCtr::ev_recovered);
   ev_mark(qp, idx, EvState::good, now, true);
   if (!clean) ev_skip(qp, idx);

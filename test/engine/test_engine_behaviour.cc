@@ -1765,3 +1765,51 @@ TEST_CASE("a WRITE_IMM with no receive posted fails on both sides") {
     CHECK(p.info(0).state == QpState::error);
   }
 }
+
+// Port status is sent once. A peer whose "plane back up" update is lost
+// still answers probes on that plane, and that answer puts the plane back
+// in use: with one plane, the QP would otherwise never send again.
+TEST_CASE("a probe answered on a plane the peer reported down brings it back") {
+  Pair p(basic(Transport::mrc, 1));
+  // The peer announces plane 0 down while it still carries frames.
+  REQUIRE(p.net.engine(1).send_endpoint_request(0, p.net.addr(0, 0), wire::EvFormat::udp, 0xC000,
+                                                uint8_t(wire::EndpointOp::port_status_update), 1, 1u, 0, p.net.now()));
+  p.net.poll(1);
+  p.net.run_until(p.net.now() + 10'000);
+  REQUIRE(p.net.engine(0).ev_info(p.qp.qpn_a)[0].state == EvState::assumed_bad);
+  // Its "all up" update is lost.
+  p.net.uplink(1, 0).set_blackhole(true);
+  p.net.engine(1).send_port_status(p.net.now());
+  p.net.poll(1);
+  p.net.run_until(p.net.now() + 10'000);
+  p.net.uplink(1, 0).set_blackhole(false);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 1000)) == 0);
+  p.net.run_until(p.net.now() + 100'000'000);
+  const QpInfo qi = p.info(0);
+  INFO("probes " << qi.ctr[QpCtr::tx_probes] << ", replies " << qi.ctr[QpCtr::rx_probe_replies]);
+  REQUIRE(p.net.completions(0).size() == 1);
+  CHECK(p.net.completions(0)[0].status == WcStatus::success);
+  CHECK(qi.ctr[QpCtr::peer_plane_up_by_probe] == 1);
+  CHECK(p.net.engine(0).ev_info(p.qp.qpn_a)[0].state == EvState::good);
+}
+
+// RoCEv2 binds a QP to one path and has no EV health: the controller cannot
+// deny its EV, and a plane that goes down and up sends no MRC probes.
+TEST_CASE("rocev2: no EV states to set and no probes after a plane flap") {
+  Pair p(basic(Transport::rocev2, 1));
+  CHECK_FALSE(p.net.engine(0).set_ev_state(p.qp.qpn_a, 0, EvState::denied, p.net.now()));
+  CHECK(p.net.engine(0).ev_info(p.qp.qpn_a)[0].state == EvState::good);
+  p.net.engine(0).set_plane_up(0, false, p.net.now());
+  p.net.poll(0);
+  p.net.run_until(p.net.now() + 10'000);
+  p.net.engine(0).set_plane_up(0, true, p.net.now());
+  p.net.poll(0);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 10000)) == 0);
+  p.net.run_until(p.net.now() + 100'000'000);
+  REQUIRE(p.net.completions(0).size() == 1);
+  CHECK(p.net.completions(0)[0].status == WcStatus::success);
+  CHECK(p.net.engine(0).ev_info(p.qp.qpn_a)[0].state == EvState::good);
+  CHECK(p.info(0).ctr[QpCtr::tx_probes] == 0);
+  CHECK(p.net.engine(1).counters()[DevCtr::rx_drop_wrong_transport] == 0);
+  CHECK(p.net.engine(0).next_deadline() == kNever);
+}
