@@ -2,11 +2,13 @@
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -28,7 +30,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
   app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u}))->capture_default_str();
   app.add_option("--timeout", o.timeout, "ACK timeout exponent: 1.024 us x 2^t (MRC), 4.096 us x 2^t (RoCEv2)")
-      ->check(CLI::Range(0, 31))
+      ->check(CLI::Range(0, 24))
       ->capture_default_str();
   app.add_option("--retry-linear", o.retry_linear)->check(CLI::Range(0, 7))->capture_default_str();
   app.add_option("--retry-exp", o.retry_exp, "exponential retries after the linear ones; 25 = infinite")
@@ -37,7 +39,9 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--mpr", o.mpr, "requester and responder window, units of 128 PSNs")
       ->check(CLI::Range(1u, wire::kMaxMpr))
       ->capture_default_str();
-  app.add_option("--max-wimm", o.max_wimm, "WRITE_IMM in flight per QP")->capture_default_str();
+  app.add_option("--max-wimm", o.max_wimm, "WRITE_IMM in flight per QP")
+      ->check(CLI::Range(1u, 1024u))
+      ->capture_default_str();
   app.add_option("--max-qps", o.max_qps, "QPs per device")->check(CLI::Range(1u, 65536u))->capture_default_str();
   app.add_option("--sq-depth", o.sq_depth)->check(CLI::Range(1u, 65536u))->capture_default_str();
   app.add_option("--rq-depth", o.rq_depth)->check(CLI::Range(1u, 65536u))->capture_default_str();
@@ -152,7 +156,7 @@ bool parse_double(const std::string& s, double& v) {
   try {
     size_t used = 0;
     v = std::stod(s, &used);
-    return used == s.size();
+    return used == s.size() && std::isfinite(v);  // stod takes "nan" and "inf"
   } catch (...) {
     return false;
   }
@@ -222,6 +226,18 @@ std::string build(const Options& o, Built& out) {
       return fmt::format("--device '{}': names are 1-32 letters, digits or '_' (they key telemetry)", n);
   std::set<std::string> names(o.devices.begin(), o.devices.end());
   if (names.size() != o.devices.size()) return "--device: a device name appears twice";
+  // CLI11 reads "nan" and "inf" as numbers, and NaN passes every range check.
+  for (const auto& [name, v] : {std::pair{"--wl-seconds", o.wl.seconds},
+                                {"--plane-rate-gbps", o.plane_rate_gbps},
+                                {"--lcore-rate-gbps", o.lcore_rate_gbps},
+                                {"--reorder-window-growth", o.reorder_window_growth},
+                                {"--stats-interval", o.stats_interval},
+                                {"--duration", o.duration},
+                                {"--linger", o.linger},
+                                {"--link-wait", o.link_wait},
+                                {"--resolve-timeout", o.resolve_timeout}})
+    if (!std::isfinite(v) || v < 0) return fmt::format("{}: a finite number, 0 or more", name);
+  if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: more than 0";
 
   engine::EngineConfig ec;
   ec.transport = o.transport == "mrc" ? engine::Transport::mrc : engine::Transport::rocev2;
@@ -360,6 +376,8 @@ std::string build(const Options& o, Built& out) {
         f.drop = x;
       else if (k == "corrupt")
         f.corrupt = x;
+      else if (k == "delay-us" && x > 1e6)
+        return fmt::format("--fault '{}': delay-us is at most 1000000 (1 s)", spec);
       else if (k == "delay-us")
         f.delay_ns = static_cast<uint64_t>(x * 1000);
       else
@@ -446,6 +464,13 @@ std::string build(const Options& o, Built& out) {
     if (local && (!devs.count(wl.from) || !devs.count(wl.to) || wl.from == wl.to))
       return "--wl-from/--wl-to: two different devices of this process";
     if (wl.size == 0 || wl.size > (1ull << 30)) return "--wl-size: 1 byte to 1 GiB";
+    // Two copies of depth + 1 patterns, and the responder's slots.
+    const double need = (2.0 * (wl.depth + 1) + double(wl.qps) * wl.depth) * double(wl.size);
+    const double have = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    if (have > 0 && need > have)
+      return fmt::format(
+          "--wl-size x --wl-depth x --wl-qps: the workload needs {:.1f} GiB, more than this machine's {:.1f}",
+          need / double(1ull << 30), have / double(1ull << 30));
     if (wl.bytes == 0 && wl.seconds <= 0 && wl.listen == 0) return "--workload: give --wl-bytes or --wl-seconds";
     if (wl.depth > o.sq_depth) return "--wl-depth: larger than --sq-depth";
     if (wl.op == "write_imm" && wl.depth > o.rq_depth) return "--wl-depth: larger than --rq-depth";

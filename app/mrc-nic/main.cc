@@ -386,7 +386,12 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rc = run(argc, argv);
+  int rc = 1;
+  try {
+    rc = run(argc, argv);
+  } catch (const std::bad_alloc&) {  // sizes are checked up front; this is what they missed
+    fmt::print(stderr, "mrc-nic: out of memory\n");
+  }
   dp::eal_cleanup();
   return rc;
 }

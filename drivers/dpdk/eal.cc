@@ -25,8 +25,15 @@
 
 namespace mrc::dp {
 
+namespace {
+// EAL that failed to start has nothing to clean up, and its cleanup would
+// touch interrupt state that was never made (SIGSEGV).
+bool g_eal_up = false;
+}  // namespace
+
 int eal_init(int argc, char** argv, std::string& error) {
   int ret = rte_eal_init(argc, argv);
+  g_eal_up = ret >= 0;
   if (ret < 0) {
     // Some EAL failures (another primary holding the file prefix) leave rte_errno at 0.
     error =
@@ -189,6 +196,8 @@ void park_interrupt_thread(void* arg) {
 }  // namespace
 
 void eal_cleanup() {
+  if (!g_eal_up) return;
+  g_eal_up = false;
   if (!rte_thread_is_intr()) {
     // Left registered and never freed: the parked thread holds them. Both
     // are plain heap memory, which the cleanup does not unmap.

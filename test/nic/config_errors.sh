@@ -40,6 +40,26 @@ expect "--mtu" "${good[@]}" --mtu 1000
 expect "--timeout" "${good[@]}" --timeout 40
 expect "--workload" "${good[@]}" --workload write
 expect "--wl-from" "${good[@]}" --workload write --wl-from mrc0 --wl-to mrc0 --wl-bytes 1M
+# CLI11 and stod read "nan" and "inf" as numbers, and NaN passes range checks.
+expect "--wl-seconds" "${good[@]}" --wl-seconds nan
+expect "--plane-rate-gbps" "${good[@]}" --plane-rate-gbps nan
+expect "--fault" "${good[@]}" --fault "mrc0 drop=nan"
+expect "--fault" "${good[@]}" --fault "mrc0 delay-us=1e30"
+expect "--link-event" "${good[@]}" --link-event "mrc0:0 down at-ms=inf"
+expect "--timeout" "${good[@]}" --timeout 25
+expect "--max-wimm" "${good[@]}" --max-wimm 4000000000
+expect "--wl-size x --wl-depth" --add-vdev net_ring9 --device mrc0 --device mrc1 --plane "mrc0 port=net_ring0 ip=10.0.0.1" \
+  --plane "mrc1 port=net_ring9 ip=10.0.0.2" --workload write --wl-from mrc0 --wl-to mrc1 --wl-size 1G \
+  --wl-depth 4096 --sq-depth 4096 --wl-seconds 1
+# EAL refusing its arguments is an error too, not a crash in the cleanup after it.
+rc=0
+out=$(timeout 20 "$nic" --no-such-eal-option 2>&1 >/dev/null) || rc=$?
+if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF "EAL initialisation failed" <<<"$out"; then
+  echo "FAIL: bad EAL arguments -> rc=$rc, $(tail -n 1 <<<"$out")"
+  failures=$((failures + 1))
+else
+  echo "ok: bad EAL arguments -> rc=$rc: $(grep -F 'EAL initialisation failed' <<<"$out")"
+fi
 printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nmtu = 4096\nno-such-key = 1\n' >"$work/bad.conf"
 expect "no-such-key" --config "$work/bad.conf"
 printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nretry-exp = 26\n' >"$work/bad2.conf"
