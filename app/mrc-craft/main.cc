@@ -6,8 +6,11 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "pcap/pcap_file.h"
@@ -49,8 +52,10 @@ struct Options {
   uint32_t cack_psn = 0;
   int32_t sack_offset = 1;
   std::string sack_bitmap = "0";
+  uint64_t sack_bitmap_bits = 0;  // --sack-bitmap, parsed in main()
   std::string skip_mark = "none";
   std::string nack_reason = "trimmed";
+  uint8_t nack_reason_code = 0;  // --nack-reason, parsed in main()
   uint32_t nack_psn = 0;
   uint32_t probe_id = 1;
   std::string ep_op = "ev-probe";
@@ -59,6 +64,24 @@ struct Options {
   std::vector<std::string> negative;
   bool all_opcodes = false;
 };
+
+// An unsigned number as strtoul(base 0) reads it (0x hex, leading-0 octal,
+// else decimal), but the whole string and at most `max`: stoul reads "-1" as
+// ULONG_MAX, ignores trailing junk and fails with just "stoul".
+std::optional<uint64_t> parse_uint(std::string_view s, uint64_t max) {
+  int base = 10;
+  if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) {
+    base = 16;
+    s.remove_prefix(2);
+  } else if (s.size() > 1 && s[0] == '0') {
+    base = 8;
+    s.remove_prefix(1);
+  }
+  uint64_t v = 0;
+  auto r = std::from_chars(s.data(), s.data() + s.size(), v, base);
+  if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size() || v > max) return std::nullopt;
+  return v;
+}
 
 std::optional<uint64_t> parse_mac(const std::string& s) {
   uint64_t mac = 0;
@@ -234,13 +257,6 @@ void craft_message(Crafter& c, const Options& o, const std::vector<uint32_t>& ev
   ++st.msn;
 }
 
-uint64_t parse_bitmap(const std::string& s) {
-  size_t used = 0;
-  uint64_t v = std::stoull(s, &used, 0);
-  if (used != s.size()) throw std::invalid_argument("bad --sack-bitmap " + s);
-  return v;
-}
-
 void craft_control(Crafter& c, const Options& o, const std::string& kind, uint32_t ev) {
   const bool mrc = o.transport == "mrc";
   if (kind == "ack") {
@@ -261,20 +277,14 @@ void craft_control(Crafter& c, const Options& o, const std::string& kind, uint32
     s.set_cack_psn(o.cack_psn);
     s.set_mpr(8);
     s.set_sack_offset(static_cast<uint16_t>(o.sack_offset));
-    s.set_sack_bitmap(parse_bitmap(o.sack_bitmap));
+    s.set_sack_bitmap(o.sack_bitmap_bits);
     m.cc_state().set_rcvd_bytes(4096);
     c.commit(m, "valid", ev, 0);
   } else if (kind == "nack") {
-    auto reason = nack_reason_from_name(o.nack_reason);
-    if (!reason) {
-      unsigned long v = std::stoul(o.nack_reason, nullptr, 0);
-      if (v > 0xFF) throw std::invalid_argument("bad --nack-reason " + o.nack_reason);
-      reason = static_cast<uint8_t>(v);
-    }
     MutablePacket m = c.begin(c.addressing(0, ev, true), uint8_t(Opcode::mrc_nack), 0, o.src_qpn, o.nack_psn);
     auto n = m.neth();
     n.set_type(kNethType);
-    n.set_nack_reason(*reason);
+    n.set_nack_reason(o.nack_reason_code);
     n.set_entropy(ev);
     n.set_spdcid(o.dst_qpn & 0xFFFF);
     n.set_dpdcid(o.src_qpn & 0xFFFF);
@@ -395,15 +405,30 @@ void craft_all_opcodes(Crafter& c, const Options& o, uint32_t ev) {
 #undef MRC_X
 }
 
-std::vector<uint32_t> resolve_evs(const Options& o) {
+// EVs wider than the format's field would be cut on the wire while the
+// manifest kept the full value: UDP carries 16 bits (kUdpEvMask), STEV 32
+// (sport and flow label halves). --all-opcodes always sends UDP EVs.
+std::vector<uint32_t> resolve_evs(const Options& o, EvFormat fmt) {
+  const bool wide = fmt == EvFormat::stev && !o.all_opcodes;
+  const uint64_t max = wide ? UINT32_MAX : kUdpEvMask;
+  const std::string width = wide            ? "the 32 bits of an stev EV"
+                            : o.all_opcodes ? "the 16 bits of a udp EV (--all-opcodes sends udp EVs)"
+                                            : "the 16 bits of a udp EV (--ev-format stev takes 32)";
   std::vector<uint32_t> evs = o.evs;
+  for (uint32_t e : evs)
+    if (e > max) throw std::invalid_argument(fmt::format("--ev {} ({:#x}): does not fit {}", e, e, width));
   if (!o.ev_range.empty()) {
-    auto dash = o.ev_range.find('-');
-    if (dash == std::string::npos) throw std::invalid_argument("--ev-range wants A-B");
-    uint32_t a = static_cast<uint32_t>(std::stoul(o.ev_range.substr(0, dash), nullptr, 0));
-    uint32_t b = static_cast<uint32_t>(std::stoul(o.ev_range.substr(dash + 1), nullptr, 0));
-    if (b < a || b - a > 1u << 20) throw std::invalid_argument("--ev-range must be ascending and at most 2^20 long");
-    for (uint32_t e = a; e <= b; ++e) evs.push_back(e);
+    const auto dash = o.ev_range.find('-');
+    const auto a = dash == std::string::npos ? std::nullopt : parse_uint(o.ev_range.substr(0, dash), UINT64_MAX);
+    const auto b = dash == std::string::npos ? std::nullopt : parse_uint(o.ev_range.substr(dash + 1), UINT64_MAX);
+    if (!a || !b || *b < *a || *b - *a > 1u << 20)
+      throw std::invalid_argument(fmt::format(
+          "--ev-range '{}': expected A-B, numbers (decimal, 0x hex or 0 octal) with A <= B at most 2^20 apart",
+          o.ev_range));
+    if (*b > max)
+      throw std::invalid_argument(fmt::format("--ev-range '{}': {:#x} does not fit {}", o.ev_range, *b, width));
+    // 64-bit counter: a range ending at 0xFFFFFFFF never ends in 32 bits.
+    for (uint64_t e = *a; e <= *b; ++e) evs.push_back(static_cast<uint32_t>(e));
   }
   if (evs.empty()) evs.push_back(0xC000);
   return evs;
@@ -479,7 +504,27 @@ int main(int argc, char** argv) {
     EvFormat fmt = o.ev_format == "stev" ? EvFormat::stev : EvFormat::udp;
     if (fmt == EvFormat::stev && sip->is_v4())
       throw std::invalid_argument("--ev-format stev needs IPv6 addresses (the flow label)");
-    const std::vector<uint32_t> evs = resolve_evs(o);
+    const std::vector<uint32_t> evs = resolve_evs(o, fmt);
+    // Parsed here, used or not, so a bad value is an error before anything is written.
+    const auto bitmap = parse_uint(o.sack_bitmap, UINT64_MAX);
+    if (!bitmap)
+      throw std::invalid_argument(
+          fmt::format("--sack-bitmap '{}': expected a 64-bit number (decimal, 0x hex or 0 octal)", o.sack_bitmap));
+    o.sack_bitmap_bits = *bitmap;
+    auto reason = nack_reason_from_name(o.nack_reason);
+    if (!reason) {
+      const auto v = parse_uint(o.nack_reason, 0xFF);
+      if (!v) {
+        std::string names;
+#define MRC_X(n, value) names += std::string(names.empty() ? "" : ", ") + #n;
+        MRC_NACK_REASONS(MRC_X)
+#undef MRC_X
+        throw std::invalid_argument(
+            fmt::format("--nack-reason '{}': expected one of {}, or a number 0..255", o.nack_reason, names));
+      }
+      reason = static_cast<uint8_t>(*v);
+    }
+    o.nack_reason_code = *reason;
 
     Crafter c(o, *smac, *dmac, *sip, *dip, fmt);
     if (o.all_opcodes) {

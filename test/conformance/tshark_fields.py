@@ -41,7 +41,7 @@ RUNS = [
     # The TS and RTX flags live in BTH bits tshark calls "reserved7".
     ("v4_vlan_ts_rtx", ["--vlan", str(0x6123), "--ts", "--rtx", "--size", "3", "5000", "--mtu", "2048"]
      + ["--emit", "ack", "sack", "nack", "probe"], {"vlan": 0x6123, "ts": True}),
-    ("v4_ev_range_planes", ["--ev-range", "0xFFF0-0x10007", "--planes", "4", "--size", "20000", "--mtu", "1024"], {}),
+    ("v4_ev_range_planes", ["--ev-range", "0xFFE8-0xFFFF", "--planes", "4", "--size", "20000", "--mtu", "1024"], {}),
     ("v6_stev_ev_range", V6 + ["--ev-format", "stev", "--ev-range", "0xABCD1230-0xABCD123F", "--size", "9000",
                                "--mtu", "512"], {"ev_format": "stev"}),
     ("all_opcodes", ["--all-opcodes", "--psn", str(0xFFFFF8)], {}),
@@ -176,12 +176,12 @@ def compare(m, t, run):
         cmp("vlan_id", "tshark", num(t.get("vlan.id", "-1")), run["vlan"] & 0xFFF)
         cmp("vlan_pcp", "tshark", num(t.get("vlan.priority", "-1")), run["vlan"] >> 13)
     # EV encoding (spec.h kStev*/kUdpEvMask): the UDP source port carries the
-    # EV's low 16 bits, or with STEV its high half, the low half going in the
-    # IPv6 flow label.
+    # 16-bit EV, or with STEV its high half, the low half going in the IPv6
+    # flow label. The manifest's EV must be the whole of what is on the wire.
     if run.get("ev_format") == "stev":
         cmp("ev", "tshark", (num(t["udp.srcport"]) << 16) | (num(t["ipv6.flow"]) & 0xFFFF))
     else:
-        cmp("ev", "tshark", num(t["udp.srcport"]), m["ev"] & 0xFFFF)
+        cmp("ev", "tshark", num(t["udp.srcport"]))
 
     # Lay out what follows the BTH by the opcode on the wire, not the one the
     # manifest claims, so the decode does not lean on the manifest.
@@ -226,6 +226,62 @@ def craft(args, name, craft_args):
         return pcap, [json.loads(line) for line in f]
 
 
+# Arguments mrc-craft must refuse, and the option its one error must name.
+REJECTS = [
+    (["--ev", "70000"], "--ev"),  # wider than a udp EV: it wrote sport 4464 and "ev":70000
+    (["--ev", "0x10000", "--all-opcodes"], "--ev"),
+    (["--ev-range", "0xFFF0-0x10007"], "--ev-range"),
+    (["--ev-format", "stev"] + V6 + ["--ev-range", "0x1FFFFFFFF-0x1FFFFFFFF"], "--ev-range"),
+    # Ends at 0xFFFFFFFF: a 32-bit loop counter wrapped and never stopped.
+    (["--ev-format", "stev"] + V6 + ["--ev-range", "0xFFFFFFFE-0xFFFFFFFF", "--ev", "0x10000", "--size", "0"],
+     None),
+    (["--ev-range", "x-y"], "--ev-range"),
+    (["--ev-range", "1--5"], "--ev-range"),
+    (["--ev-range", "5"], "--ev-range"),
+    (["--nack-reason", "bogus", "--emit", "nack"], "--nack-reason"),
+    (["--nack-reason", "256", "--emit", "nack"], "--nack-reason"),
+    (["--nack-reason", "bogus"], "--nack-reason"),  # refused even with no NACK to carry it
+    (["--sack-bitmap", "zz", "--emit", "sack"], "--sack-bitmap"),
+    (["--sack-bitmap", "0x10000000000000000", "--emit", "sack"], "--sack-bitmap"),
+    (["--sack-bitmap", "-1", "--emit", "sack"], "--sack-bitmap"),
+]
+
+
+def check_rejections(args):
+    """Runs REJECTS; an entry naming no option is valid and must succeed
+    (quickly). Returns the number of failures."""
+    failures = 0
+    for i, (craft_args, option) in enumerate(REJECTS):
+        pcap = os.path.join(args.workdir, f"reject{i}.pcap")
+        manifest = os.path.join(args.workdir, f"reject{i}.jsonl")
+        for f in (pcap, manifest):
+            if os.path.exists(f):
+                os.remove(f)
+        what = f"mrc-craft {' '.join(craft_args)}"
+        try:
+            res = subprocess.run([args.craft, "--out", pcap, "--manifest", manifest] + craft_args,
+                                 capture_output=True, text=True, timeout=10)
+        except subprocess.TimeoutExpired:
+            print(f"FAIL {what}: still running after 10 s")
+            failures += 1
+            continue
+        err = res.stderr.strip()
+        first = err.splitlines()[0] if err else ""
+        if option is None:
+            if res.returncode != 0:
+                print(f"FAIL {what}: exited {res.returncode}: {err}")
+                failures += 1
+        elif res.returncode <= 0 or option not in first:
+            print(f"FAIL {what}: want a non-zero exit and an error naming {option}; "
+                  f"got exit {res.returncode}: {err!r}")
+            failures += 1
+        elif os.path.exists(pcap) or os.path.exists(manifest):
+            print(f"FAIL {what}: refused, yet wrote {pcap if os.path.exists(pcap) else manifest}")
+            failures += 1
+    print(f"  rejections: {len(REJECTS)} argument sets, {failures} failures")
+    return failures
+
+
 def mismatches(cmps):
     return [c for c in cmps if c[2] != c[3]]
 
@@ -255,7 +311,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     start = time.monotonic()
 
-    failures, frames, values, cases = 0, 0, 0, []
+    failures, frames, values, cases = check_rejections(args), 0, 0, []
     for name, craft_args, run in RUNS:
         pcap, manifest = craft(args, name, craft_args)
         rows = tshark(pcap)
