@@ -232,7 +232,8 @@ void fill_payload(std::span<uint8_t> p, uint64_t va) {
 void craft_message(Crafter& c, const Options& o, const std::vector<uint32_t>& evs, WriteState& st, uint32_t size,
                    bool imm) {
   const bool mrc = o.transport == "mrc";
-  const uint32_t npkts = size == 0 ? 1 : (size + o.mtu - 1) / o.mtu;
+  // 64-bit: in 32 bits a size within an MTU of 4 GiB rounds up to 0 packets.
+  const uint32_t npkts = size == 0 ? 1 : uint32_t((uint64_t(size) + o.mtu - 1) / o.mtu);
   for (uint32_t i = 0; i < npkts; ++i) {
     const bool first = i == 0, last = i + 1 == npkts;
     const uint32_t len = last ? size - i * o.mtu : o.mtu;
