@@ -261,6 +261,7 @@ std::optional<uint64_t> parse_size(std::string_view s) {
     if (c < '0' || c > '9') return std::nullopt;
     v = v * 10 + uint64_t(c - '0');
   }
+  if (v > UINT64_MAX / mult) return std::nullopt;  // 17179869185G would wrap to 1G
   return v * mult;
 }
 
@@ -2456,11 +2457,22 @@ Config make_config(const Options& o) {
     const auto lo = colon == std::string::npos ? std::nullopt : parse_size(o.sweep.substr(0, colon));
     const auto hi = colon == std::string::npos ? std::nullopt : parse_size(o.sweep.substr(colon + 1));
     if (!lo || !hi || *lo == 0 || *hi < *lo || !is_pow2(*lo) || !is_pow2(*hi))
-      fail_setup(fmt::format("--sweep '{}': expected MIN:MAX, powers of two (e.g. 1:4M)", o.sweep));
-    for (uint64_t s = *lo; s <= *hi; s *= 2) c.sizes.push_back(s);
+      fail_setup(fmt::format("--sweep '{}': expected MIN:MAX, powers of two up to {} (e.g. 1:4M)", o.sweep,
+                             human_size(kMaxSize)));
+    if (*hi > kMaxSize)
+      fail_setup(fmt::format("--sweep '{}': MAX exceeds the maximum size {}", o.sweep, human_size(kMaxSize)));
+    // Stops at MAX rather than testing s <= MAX after doubling, which wraps to 0 past 2^63.
+    for (uint64_t s = *lo;; s *= 2) {
+      c.sizes.push_back(s);
+      if (s >= *hi) break;
+    }
   } else if (!o.size.empty()) {
     const auto s = parse_size(o.size);
-    if (!s || *s == 0) fail_setup(fmt::format("--size '{}': expected bytes with optional K/M/G", o.size));
+    if (!s || *s == 0)
+      fail_setup(
+          fmt::format("--size '{}': expected bytes with optional K/M/G, up to {}", o.size, human_size(kMaxSize)));
+    if (*s > kMaxSize)
+      fail_setup(fmt::format("--size '{}': exceeds the maximum size {}", o.size, human_size(kMaxSize)));
     c.sizes.push_back(*s);
   } else {
     c.sizes.push_back(c.lat() ? 2 : 65536);
