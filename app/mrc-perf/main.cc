@@ -150,6 +150,8 @@ constexpr uint64_t kPatternSpan = kBlock * kPatternBlocks;
 constexpr uint64_t kMaxSize = 1ull << 30;
 constexpr uint64_t kDstBudget = 8ull << 20;  // per QP, bandwidth test
 constexpr uint32_t kMaxTxDepth = 4096;
+constexpr uint64_t kMaxIters = 1ull << 48;   // --iters, --warmup
+constexpr double kMaxSeconds = 1e6;          // --seconds, --stats-interval: far inside chrono's ns range
 constexpr uint32_t kMaxQps = 255;            // QP index lives in 8 imm bits
 constexpr uint32_t kPostBatch = 16;
 constexpr uint32_t kPollBatch = 32;
@@ -2483,6 +2485,20 @@ Config make_config(const Options& o) {
   return c;
 }
 
+// 0 or a number of seconds in [min, max]. CLI::NonNegativeNumber lets NaN
+// and inf through, which llround and the chrono conversions do not survive.
+CLI::Validator seconds_in(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& in) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(in, v) || !(v == 0 || (v >= min && v <= max)))
+          return min == 0 ? fmt::format("'{}': expected seconds from 0 to {:g}", in, max)
+                          : fmt::format("'{}': expected 0 (off) or seconds from {:g} to {:g}", in, min, max);
+        return {};
+      },
+      "SECONDS");
+}
+
 int real_main(int argc, char** argv) {
   Options o;
   CLI::App app{"mrc-perf: RDMA WRITE / WRITE_WITH_IMM bandwidth and latency benchmark over the "
@@ -2491,10 +2507,14 @@ int real_main(int argc, char** argv) {
                "  client: mrc-perf --dev mrc0 --connect HOST[:PORT] [test options]\n"
                "The test options of the client are used by both sides."};
   app.add_option("--dev", o.dev, "MRC device name (mrc0, mrc1, ...)")->required();
+  // Port 0 would make the server listen on a port the kernel picks, while it
+  // announces port 0 to the user.
   app.add_option("--port", o.port, "TCP control port (server listens; client's default)")
+      ->check(CLI::Range(1, 65535))
       ->capture_default_str();
   app.add_option("--connect", o.connect, "run as client and connect to HOST[:PORT]");
-  app.add_option("--gid-idx", o.gid_idx, "GID index of port 1")->capture_default_str();
+  // ibv_ah_attr's sgid_index is 8 bits: 256 would silently become 0.
+  app.add_option("--gid-idx", o.gid_idx, "GID index of port 1")->check(CLI::Range(0u, 255u))->capture_default_str();
   app.add_option("--mtu", o.mtu, "path MTU: 256..4096 (lowered to the ports' active MTU)")
       ->capture_default_str();
   app.add_option("--op", o.op, "write | write_imm")
@@ -2504,11 +2524,12 @@ int real_main(int argc, char** argv) {
   auto* size = app.add_option("--size", o.size, "message size, K/M/G suffixes (default 64K bw, 2 lat)");
   app.add_option("--sweep", o.sweep, "sweep sizes MIN:MAX in powers of two, e.g. 1:4M")->excludes(size);
   app.add_option("--qps", o.qps, "QPs (bw)")->check(CLI::Range(1u, kMaxQps))->capture_default_str();
+  // Capped so warmup + iters cannot wrap around 2^64 into a short run.
   app.add_option("--iters", o.iters, "iterations per size (per QP)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(uint64_t(1), kMaxIters))
       ->capture_default_str();
   app.add_option("--warmup", o.warmup, "warmup iterations per size (default 16 bw, 100 lat)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t(0), int64_t(kMaxIters)));
   app.add_option("--tx-depth", o.tx_depth, "outstanding WRs per QP (bw)")
       ->check(CLI::Range(1u, kMaxTxDepth))
       ->capture_default_str();
@@ -2516,9 +2537,11 @@ int real_main(int argc, char** argv) {
       ->check(CLI::Range(1u, kMaxTxDepth))
       ->capture_default_str();
   app.add_option("--seconds", o.seconds, "run each size for S seconds instead of --iters")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_in(0, kMaxSeconds));
+  // Under a nanosecond the row schedule's step is zero and Live::tick never
+  // catches up with the clock: a hang. The floor keeps well clear of that.
   app.add_option("--stats-interval", o.stats_interval, "print a table row every S seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_in(1e-6, kMaxSeconds));
   app.add_option("--json", o.json, "write results as JSON to FILE ('-': stdout)");
   app.add_flag("--no-verify", o.no_verify, "skip the data and immediate checks");
   app.add_flag("-e,--event", o.event,

@@ -187,6 +187,15 @@ case $case_name in
 --size --size 2G
 --sweep --sweep 1:8589934592G
 --sweep --sweep 1:2G
+--seconds --seconds nan
+--seconds --seconds inf
+--seconds --seconds 1e300
+--stats-interval --stats-interval nan
+--stats-interval --stats-interval 1e-12
+--gid-idx --gid-idx 256
+--port --port 0 --connect 127.0.0.1
+--iters --iters 18446744073709551615
+--warmup --warmup 9223372036854775807
 ARGS
     echo "mrc-perf: bad arguments refused"
     start_nic
