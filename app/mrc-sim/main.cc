@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <unistd.h>
@@ -99,6 +100,61 @@ struct Options {
   uint32_t partitions = 1;
   uint32_t threads = 0;
 };
+
+// Bounds on the shape and the workload, so that a mistyped number is an
+// error rather than gigabytes allocated or a run that never ends.
+constexpr uint32_t kMaxSpines = 4096;             // per plane
+constexpr uint64_t kMaxFabricLinks = 1u << 21;    // leaf-spine links each way, all planes (~350 B each)
+constexpr uint64_t kMaxQps = 1u << 20;            // in all
+constexpr uint32_t kMaxMessageBytes = 1u << 30;   // 1 GiB
+constexpr uint32_t kMaxMessages = 1u << 24;       // per QP: setup counts its WRITE_IMMs one by one
+constexpr uint64_t kMaxSlotBytes = 32ull << 30;   // responders' slots, with payload bytes
+constexpr uint64_t kMaxLedgerBytes = 1ull << 30;  // with tokens: the ledger's bit per packet
+constexpr double kMaxUs = 1e12;                   // any time in us: ~11 days, far from Nanos overflow
+constexpr uint64_t kMaxFlaps = 1000000;           // scheduled up front, one event each
+constexpr uint64_t kMaxSamples = 100000000;       // duration / sample period: 16 bytes each
+// Headers around an MTU of payload (Eth+VLAN+IPv6+UDP+BTH+extension headers
+// fit in 128 bytes, as in FrameTemplate) and the ICRC: a queue smaller than
+// that drops every full frame and the run silently completes nothing.
+constexpr uint32_t kMaxFrameOverhead = 128 + wire::kIcrcLen;
+
+// CLI11 reads "nan" and "inf" as numbers and its Range lets NaN through
+// (every comparison with NaN is false), so every floating-point option is
+// checked with this: finite and in [lo, hi].
+CLI::Validator real(double lo, double hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& in) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(in, v)) return "Value " + in + " is not a number";
+        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("Value {} not in range {} to {}", in, lo, hi);
+        return "";
+      },
+      fmt::format("FLOAT in [{} - {}]", lo, hi));
+}
+
+// KIND:PLANE:INDEX, as --fail-link and --fail-switch name their target.
+struct FailTarget {
+  std::string kind;
+  uint32_t plane = 0, index = 0;
+};
+
+// Strict: sscanf read "garbage" as a target at plane 0, index 0 and failed
+// fabric link 0 (spine 0 for --fail-switch), and ignored trailing junk.
+// Returns an error, or "" with `t` filled in.
+std::string parse_fail_target(const std::string& spec, FailTarget& t) {
+  const size_t a = spec.find(':');
+  const size_t b = a == std::string::npos ? a : spec.find(':', a + 1);
+  if (b == std::string::npos) return "expected KIND:PLANE:INDEX";
+  t.kind = spec.substr(0, a);
+  const auto number = [](std::string_view f, uint32_t& v) {
+    const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), v);
+    return !f.empty() && ec == std::errc() && end == f.data() + f.size();
+  };
+  const std::string_view rest(spec);
+  if (!number(rest.substr(a + 1, b - a - 1), t.plane) || !number(rest.substr(b + 1), t.index))
+    return "PLANE and INDEX must be numbers";
+  return "";
+}
 
 inline uint64_t mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -450,25 +506,25 @@ void Sim::apply_failure(bool up) {
     net_->set_plane_up(plane, up);
     for (uint32_t h = 0; h < o_.hosts; ++h) told.push_back(h);
   } else if (!o_.fail_link.empty()) {
-    char kind[16] = {};
-    uint32_t idx = 0;
-    std::sscanf(o_.fail_link.c_str(), "%15[a-z]:%u:%u", kind, &plane, &idx);
-    if (std::string(kind) == "host") {
-      net_->set_host_link_up(idx, plane, up);
-      told.push_back(idx);
+    FailTarget t;
+    parse_fail_target(o_.fail_link, t);  // checked in main()
+    plane = t.plane;
+    if (t.kind == "host") {
+      net_->set_host_link_up(t.index, plane, up);
+      told.push_back(t.index);
     } else {
-      net_->set_fabric_link_up(plane, idx, up);
+      net_->set_fabric_link_up(plane, t.index, up);
     }
   } else if (!o_.fail_switch.empty()) {
-    char kind[16] = {};
-    uint32_t idx = 0;
-    std::sscanf(o_.fail_switch.c_str(), "%15[a-z]:%u:%u", kind, &plane, &idx);
-    if (std::string(kind) == "leaf") {
-      net_->set_leaf_up(plane, idx, up);
-      for (uint32_t h = idx * o_.hosts_per_leaf; h < std::min(o_.hosts, (idx + 1) * o_.hosts_per_leaf); ++h)
+    FailTarget t;
+    parse_fail_target(o_.fail_switch, t);
+    plane = t.plane;
+    if (t.kind == "leaf") {
+      net_->set_leaf_up(plane, t.index, up);
+      for (uint32_t h = t.index * o_.hosts_per_leaf; h < std::min(o_.hosts, (t.index + 1) * o_.hosts_per_leaf); ++h)
         told.push_back(h);
     } else {
-      net_->set_spine_up(plane, idx, up);
+      net_->set_spine_up(plane, t.index, up);
     }
   }
   if (!o_.port_status) return;
@@ -618,9 +674,22 @@ int Sim::run() {
     }
   }
   tokens_ = o_.payload == "tokens" || (o_.payload == "auto" && o_.pcap.empty());
+  // Every QP's responder holds `outstanding` slots of the largest message:
+  // written memory with payload bytes, a bit per packet with tokens.
+  const uint64_t slot_bytes = uint64_t(qps_.size()) * slots() * max_msg();
+  if (tokens_ ? slot_bytes / o_.mtu / 8 > kMaxLedgerBytes : slot_bytes > kMaxSlotBytes) {
+    fmt::print(stderr,
+               "mrc-sim: --message-bytes: {} QPs x {} slots (--outstanding) x {} bytes is too much for the "
+               "responders' slots{}\n",
+               qps_.size(), slots(), max_msg(), tokens_ ? "" : " with payload bytes");
+    return 2;
+  }
   if (tokens_) {
     if (!ledger_.reserve(qps_.size(), slots(), max_msg(), o_.mtu)) {
-      fmt::print(stderr, "mrc-sim: cannot reserve address space for the responders' slots\n");
+      fmt::print(stderr,
+                 "mrc-sim: --message-bytes: cannot reserve address space for the responders' slots ({} QPs x {} slots "
+                 "x {} bytes)\n",
+                 qps_.size(), slots(), max_msg());
       return 2;
     }
     net_->set_payload_tokens([this](uint32_t h, const sim::EngineHosts::Placement& p) { ledger_.place(h, p); });
@@ -830,6 +899,101 @@ int Sim::run() {
   return 0;
 }
 
+// What the validators cannot see alone: options against each other and
+// against the fabric's shape. Returns the error, naming the option, or "".
+std::string check_options(const Options& o) {
+  if (o.message_bytes.empty()) return "--message-bytes: needs at least one size";
+  // A queue must hold one full frame, or every one is dropped.
+  const uint32_t frame = o.mtu + kMaxFrameOverhead;
+  if (o.host_queue_bytes < frame)
+    return fmt::format("--host-queue-bytes: {} cannot hold one frame of MTU {} (at least {})", o.host_queue_bytes,
+                       o.mtu, frame);
+  if (o.fabric_queue_bytes < frame)
+    return fmt::format("--fabric-queue-bytes: {} cannot hold one frame of MTU {} (at least {})", o.fabric_queue_bytes,
+                       o.mtu, frame);
+
+  // The shape as sim::Fabric derives it (its own checks come after the
+  // allocations these bounds prevent).
+  const uint32_t leaves = (o.hosts + o.hosts_per_leaf - 1) / o.hosts_per_leaf;
+  uint32_t spines = o.spines;
+  const char* spines_from = "--spines";
+  if (spines == 0) {
+    const double derived = std::floor(o.hosts_per_leaf / o.oversubscription);
+    if (derived > kMaxSpines)
+      return fmt::format("--oversubscription: {} gives {} spines per plane (--hosts-per-leaf {} / it), more than {}",
+                         o.oversubscription, derived, o.hosts_per_leaf, kMaxSpines);
+    spines = std::max<uint32_t>(1, static_cast<uint32_t>(derived));
+    spines_from = "--oversubscription";
+  }
+  if (uint64_t(o.planes) * leaves * spines > kMaxFabricLinks)
+    return fmt::format("{}: {} planes x {} leaves x {} spines is more than {} leaf-spine links", spines_from, o.planes,
+                       leaves, spines, kMaxFabricLinks);
+
+  uint64_t flows = 1;
+  if (o.workload == "permutation") flows = o.hosts;
+  if (o.workload == "incast") flows = o.incast_degree + o.victim;
+  if (o.workload == "alltoall") flows = uint64_t(o.hosts) * (o.hosts - 1);
+  if (flows * o.qps_per_pair > kMaxQps)
+    return fmt::format("--hosts: {} hosts with --workload {} and --qps-per-pair {} make {} QPs, more than {}", o.hosts,
+                       o.workload, o.qps_per_pair, flows * o.qps_per_pair, kMaxQps);
+
+  if (o.duration_us / o.sample_us > double(kMaxSamples))
+    return fmt::format("--sample-us: {} us over --duration-us {} is more than {} samples", o.sample_us, o.duration_us,
+                       kMaxSamples);
+
+  // Failures: one target, inside the fabric, at a time the run can reach.
+  const int targets = (o.fail_plane >= 0) + !o.fail_link.empty() + !o.fail_switch.empty();
+  const bool failing = o.fail_at_us >= 0;
+  if (targets > 1) return "--fail-plane, --fail-link and --fail-switch: give at most one";
+  if (o.fail_plane >= 0 && uint32_t(o.fail_plane) >= o.planes)
+    return fmt::format("--fail-plane: plane {} out of range (0..{})", o.fail_plane, o.planes - 1);
+  const auto check_target = [&](const char* opt, const std::string& spec, const char* kind_a, uint32_t count_a,
+                                const char* kind_b, uint32_t count_b) -> std::string {
+    FailTarget t;
+    std::string err = parse_fail_target(spec, t);
+    if (err.empty() && t.kind != kind_a && t.kind != kind_b) err = fmt::format("KIND must be {} or {}", kind_a, kind_b);
+    if (!err.empty())
+      return fmt::format("{} {}: {} ({}:PLANE:INDEX or {}:PLANE:INDEX)", opt, spec, err, kind_a, kind_b);
+    if (t.plane >= o.planes)
+      return fmt::format("{} {}: plane {} out of range (0..{})", opt, spec, t.plane, o.planes - 1);
+    const uint32_t count = t.kind == kind_a ? count_a : count_b;
+    if (t.index >= count)
+      return fmt::format("{} {}: {} {} out of range (0..{})", opt, spec,
+                         t.kind == "fabric" ? "fabric link" : t.kind.c_str(), t.index, count - 1);
+    return "";
+  };
+  if (!o.fail_link.empty())
+    if (std::string err = check_target("--fail-link", o.fail_link, "host", o.hosts, "fabric", leaves * spines);
+        !err.empty())
+      return err;
+  if (!o.fail_switch.empty())
+    if (std::string err = check_target("--fail-switch", o.fail_switch, "leaf", leaves, "spine", spines); !err.empty())
+      return err;
+  if (targets == 1 && !failing) return "--fail-at-us: needed with --fail-plane, --fail-link or --fail-switch";
+  if (targets == 0 && failing) return "--fail-at-us: needs --fail-plane, --fail-link or --fail-switch";
+  if (targets == 0 && (o.restore_at_us >= 0 || o.flap_period_us > 0))
+    return "--restore-at-us, --flap-period-us: need a failure (--fail-at-us and a target)";
+  if (!failing) return "";
+  if (o.fail_at_us >= o.duration_us)
+    return fmt::format("--fail-at-us: {} is not before --duration-us {}: the failure would never happen", o.fail_at_us,
+                       o.duration_us);
+  if (o.restore_at_us >= 0 && o.restore_at_us <= o.fail_at_us)
+    return fmt::format("--restore-at-us: {} is not after --fail-at-us {}", o.restore_at_us, o.fail_at_us);
+  if (o.restore_at_us > o.duration_us)
+    return fmt::format("--restore-at-us: {} is after --duration-us {}: the restore would never happen", o.restore_at_us,
+                       o.duration_us);
+  if (o.flap_period_us > 0) {
+    // As schedule_failures() counts them.
+    const double half_ns = std::max(1.0, std::floor(o.flap_period_us * 500));
+    const double until_us = o.restore_at_us >= 0 ? o.restore_at_us : o.duration_us;
+    const double flaps = (until_us - o.fail_at_us) * 1000 / half_ns;
+    if (flaps > double(kMaxFlaps))
+      return fmt::format("--flap-period-us: {} us makes {:.0f} toggles before {}, more than {}", o.flap_period_us,
+                         flaps, o.restore_at_us >= 0 ? "--restore-at-us" : "--duration-us", kMaxFlaps);
+  }
+  return "";
+}
+
 }  // namespace
 
 // The run is bound by cache and TLB misses over gigabytes of per-QP, per-link
@@ -858,7 +1022,7 @@ int main(int argc, char** argv) {
   app.add_option("--scenario", o.scenario, "scenario name for the summary");
   app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
   app.add_option("--seed", o.seed)->capture_default_str();
-  app.add_option("--hosts", o.hosts)->capture_default_str();
+  app.add_option("--hosts", o.hosts)->check(CLI::Range(2u, 65534u))->capture_default_str();
   app.add_option("--partitions", o.partitions,
                  "cut the fabric into this many parts that run side by side (a parallel run; results differ from "
                  "other partition counts as from other seeds)")
@@ -869,13 +1033,15 @@ int main(int argc, char** argv) {
                  "never changes the results")
       ->capture_default_str();
   app.add_option("--planes", o.planes)->check(CLI::Range(1u, kMaxPlanes))->capture_default_str();
-  app.add_option("--hosts-per-leaf", o.hosts_per_leaf)->capture_default_str();
-  app.add_option("--spines", o.spines, "spines per plane (0: from oversubscription)")->capture_default_str();
-  app.add_option("--oversubscription", o.oversubscription)->capture_default_str();
-  app.add_option("--host-rate-gbps", o.host_rate_gbps)->capture_default_str();
-  app.add_option("--fabric-rate-gbps", o.fabric_rate_gbps)->capture_default_str();
-  app.add_option("--host-delay-ns", o.host_delay_ns)->capture_default_str();
-  app.add_option("--fabric-delay-ns", o.fabric_delay_ns)->capture_default_str();
+  app.add_option("--hosts-per-leaf", o.hosts_per_leaf)->check(CLI::Range(1u, 65534u))->capture_default_str();
+  app.add_option("--spines", o.spines, "spines per plane (0: from oversubscription)")
+      ->check(CLI::Range(0u, kMaxSpines))
+      ->capture_default_str();
+  app.add_option("--oversubscription", o.oversubscription)->check(real(1e-3, 1e6))->capture_default_str();
+  app.add_option("--host-rate-gbps", o.host_rate_gbps)->check(real(1e-3, 1e6))->capture_default_str();
+  app.add_option("--fabric-rate-gbps", o.fabric_rate_gbps)->check(real(1e-3, 1e6))->capture_default_str();
+  app.add_option("--host-delay-ns", o.host_delay_ns)->check(real(0, 1e12))->capture_default_str();
+  app.add_option("--fabric-delay-ns", o.fabric_delay_ns)->check(real(0, 1e12))->capture_default_str();
   app.add_option("--host-queue-bytes", o.host_queue_bytes)->capture_default_str();
   app.add_option("--fabric-queue-bytes", o.fabric_queue_bytes)->capture_default_str();
   app.add_option("--host-tx-bytes", o.host_tx_bytes,
@@ -884,33 +1050,43 @@ int main(int argc, char** argv) {
   app.add_option("--ecn-min-bytes", o.ecn_min_bytes)->capture_default_str();
   app.add_option("--ecn-max-bytes", o.ecn_max_bytes, "0 disables ECN marking")->capture_default_str();
   app.add_option("--trim-bytes", o.trim_bytes, "0 disables trimming")->capture_default_str();
-  app.add_option("--loss", o.loss, "per-frame loss probability on every link")->capture_default_str();
-  app.add_option("--corrupt", o.corrupt)->capture_default_str();
-  app.add_option("--duplicate", o.duplicate)->capture_default_str();
+  app.add_option("--loss", o.loss, "per-frame loss probability on every link")
+      ->check(real(0, 1))
+      ->capture_default_str();
+  app.add_option("--corrupt", o.corrupt)->check(real(0, 1))->capture_default_str();
+  app.add_option("--duplicate", o.duplicate)->check(real(0, 1))->capture_default_str();
   app.add_option("--host-link-impairments", o.host_link_impairments, "apply loss/corrupt/duplicate to host links too")
       ->capture_default_str();
   app.add_option("--workload", o.workload)
       ->check(CLI::IsMember({"single", "incast", "permutation", "alltoall"}))
       ->capture_default_str();
-  app.add_option("--message-bytes", o.message_bytes, "message size(s), used round-robin")->capture_default_str();
-  app.add_option("--messages", o.messages, "messages per QP")->capture_default_str();
+  app.add_option("--message-bytes", o.message_bytes, "message size(s), used round-robin")
+      ->check(CLI::Range(1u, kMaxMessageBytes))
+      ->capture_default_str();
+  app.add_option("--messages", o.messages, "messages per QP")
+      ->check(CLI::Range(1u, kMaxMessages))
+      ->capture_default_str();
   app.add_option("--qps-per-pair", o.qps_per_pair)->check(CLI::Range(1u, 64u))->capture_default_str();
   app.add_option("--outstanding", o.outstanding, "messages in flight per QP")
       ->check(CLI::Range(1u, 256u))
       ->capture_default_str();
   app.add_option("--imm-every", o.imm_every, "every n-th message is a WRITE_IMM (0: only the last)")
       ->capture_default_str();
-  app.add_option("--incast-degree", o.incast_degree)->capture_default_str();
+  app.add_option("--incast-degree", o.incast_degree)->check(CLI::Range(1u, 65533u))->capture_default_str();
   app.add_option("--victim", o.victim, "incast: add a victim flow through the receiver's leaf")->capture_default_str();
-  app.add_option("--evs", o.evs, "EVs per QP, spread equally over planes")->capture_default_str();
+  app.add_option("--evs", o.evs, "EVs per QP, spread equally over planes")
+      ->check(CLI::Range(0u, uint32_t(engine::kMaxEvsPerQp)))
+      ->capture_default_str();
   app.add_option("--ev-active-per-plane", o.ev_active_per_plane)->capture_default_str();
   app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u, 8192u}))->capture_default_str();
   app.add_option("--base-rtt-ns", o.base_rtt_ns, "NSCC base_rtt")->capture_default_str();
   app.add_option("--target-delay-ns", o.target_delay_ns, "NSCC target delay (0: 0.75 x base_rtt)")
       ->capture_default_str();
   app.add_option("--timeout", o.timeout, "ACK timeout exponent (-1: ~131 us for either transport)")
+      ->check(CLI::Range(-1, 24))  // the engine's limit (modify_qp)
       ->capture_default_str();
   app.add_option("--retry-exp", o.retry_exp, "exponential retries (-1: 25 for mrc, 0 for rocev2)")
+      ->check(CLI::Range(-1, 25))
       ->capture_default_str();
   app.add_option("--mpr", o.mpr, "requester and responder window, units of 128 PSNs")
       ->check(CLI::Range(1u, wire::kMaxMpr))
@@ -921,27 +1097,36 @@ int main(int argc, char** argv) {
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
                  "the reorder window may grow, a quarter of its base at a time, to this many times its base "
                  "after needless resends (1: fixed)")
-      ->check(CLI::Range(1.0, 64.0))
+      ->check(real(1, 64))
       ->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
       ->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
-  app.add_option("--fail-plane", o.fail_plane)->capture_default_str();
-  app.add_option("--fail-link", o.fail_link, "host:PLANE:HOST or fabric:PLANE:INDEX (INDEX = leaf * spines + spine)");
-  app.add_option("--fail-switch", o.fail_switch, "leaf:PLANE:INDEX or spine:PLANE:INDEX");
-  app.add_option("--fail-at-us", o.fail_at_us, "failure time after the start")->capture_default_str();
-  app.add_option("--restore-at-us", o.restore_at_us)->capture_default_str();
-  app.add_option("--flap-period-us", o.flap_period_us, "toggle every half period from the failure on")
+  app.add_option("--fail-plane", o.fail_plane, "fail this plane (needs --fail-at-us)")
+      ->check(CLI::Range(0, int(kMaxPlanes) - 1));
+  app.add_option("--fail-link", o.fail_link,
+                 "host:PLANE:HOST or fabric:PLANE:INDEX (INDEX = leaf * spines + spine; needs --fail-at-us)");
+  app.add_option("--fail-switch", o.fail_switch, "leaf:PLANE:INDEX or spine:PLANE:INDEX (needs --fail-at-us)");
+  app.add_option("--fail-at-us", o.fail_at_us, "failure time after the start")->check(real(0, kMaxUs));
+  app.add_option("--restore-at-us", o.restore_at_us, "restore time after the start")->check(real(0, kMaxUs));
+  app.add_option("--flap-period-us", o.flap_period_us, "toggle every half period from the failure on (0: no flapping)")
+      ->check(real(0, kMaxUs))
       ->capture_default_str();
   app.add_option("--port-status", o.port_status, "affected NICs see the port change and send port status")
       ->capture_default_str();
-  app.add_option("--duration-us", o.duration_us, "simulated time cap")->capture_default_str();
-  app.add_option("--sample-us", o.sample_us, "goodput sampling period")->capture_default_str();
+  app.add_option("--duration-us", o.duration_us, "simulated time cap")
+      ->check(real(1e-3, kMaxUs))
+      ->capture_default_str();
+  // Below 1 ns the sampler's step rounds to 0 and it runs forever at one instant.
+  app.add_option("--sample-us", o.sample_us, "goodput sampling period")
+      ->check(real(1e-3, kMaxUs))
+      ->capture_default_str();
   app.add_option("--recovery-window-us", o.recovery_window_us, "window over which recovery compares goodput")
+      ->check(real(0, kMaxUs))
       ->capture_default_str();
   app.add_option("--timeline", o.timeline, "write a per-interval CSV");
-  app.add_option("--timeline-interval-us", o.timeline_interval_us)->capture_default_str();
+  app.add_option("--timeline-interval-us", o.timeline_interval_us)->check(real(1e-3, kMaxUs))->capture_default_str();
   auto* pcap_opt = app.add_option("--pcap", o.pcap, "capture one link (--pcap-link) to this file");
   app.add_option("--pcap-link", o.pcap_link,
                  "the link --pcap captures, as its far end receives it: up:PLANE:HOST, down:PLANE:HOST, "
@@ -958,8 +1143,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--report-wall", o.report_wall, "include wall_seconds in the JSON (breaks byte-identity)");
   CLI11_PARSE(app, argc, argv);
-  if (o.message_bytes.empty() || o.hosts < 2 || o.sample_us <= 0) {
-    fmt::print(stderr, "mrc-sim: bad options\n");
+  if (const std::string err = check_options(o); !err.empty()) {
+    fmt::print(stderr, "mrc-sim: {}\n", err);
     return 2;
   }
   if (o.icrc == "off" && o.corrupt > 0) {
