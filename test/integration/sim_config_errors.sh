@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# mrc-sim, bad options: each must give one error that names the option and a
+# non-zero exit, quickly; never a signal (crash, uncaught exception), a hang,
+# runaway memory, or a run that silently means nothing. A few good ones must
+# still run.
+#   sim_config_errors.sh MRC_SIM
+set -uo pipefail
+sim=${1:?usage: sim_config_errors.sh MRC_SIM}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+pass=0
+fail=0
+
+expect() { # want_in_stderr args...
+  local want=$1
+  shift
+  local err rc=0
+  err=$(ulimit -v 4000000; timeout 20 "$sim" "$@" 2>&1 >/dev/null) || rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$err"; then
+    echo "FAIL: $* -> rc=$rc, wanted an error naming '$want', got: $(tail -n 2 <<<"$err")"
+    fail=$((fail + 1))
+  else
+    echo "ok: $* -> rc=$rc: $(grep -F -- "$want" <<<"$err" | head -n 1)"
+    pass=$((pass + 1))
+  fi
+}
+
+# Failure targets outside the fabric (were SIGSEGV or std::out_of_range).
+expect --fail-plane --fail-plane 5 --fail-at-us 10
+expect --fail-link --fail-link host:0:99 --fail-at-us 10
+expect --fail-link --fail-link host:7:0 --fail-at-us 10
+expect --fail-link --fail-link fabric:0:999 --fail-at-us 10
+expect --fail-switch --fail-switch leaf:0:99 --fail-at-us 10
+expect --fail-switch --fail-switch spine:3:99 --fail-at-us 10
+expect --fail-switch --fail-switch spine:3:99 --fail-at-us 10 --planes 4
+# Malformed or incomplete failures (were silently ignored).
+expect --fail-link --fail-link garbage --fail-at-us 10
+expect --fail-link --fail-link host:0:1junk --fail-at-us 10
+expect --fail-switch --fail-switch zzz --fail-at-us 10
+expect --fail-switch --fail-switch router:0:0 --fail-at-us 10
+expect --fail-at-us --fail-plane 0
+expect --fail-at-us --fail-at-us 10
+expect --restore-at-us --fail-plane 0 --fail-at-us 50 --restore-at-us 20
+expect --fail-at-us --fail-plane 0 --fail-at-us 2000 --duration-us 1000
+expect --fail-plane --fail-plane 0 --fail-link host:0:0 --fail-at-us 10
+# Sizes that allocated gigabytes or ran away (ulimit -v above catches the former).
+expect --hosts --hosts 4000000000
+expect --spines --spines 4000000000
+expect --spines --hosts 65534 --hosts-per-leaf 1 --spines 4096
+expect --oversubscription --oversubscription 1e-9
+expect --oversubscription --hosts-per-leaf 65534 --oversubscription 0.001
+expect --flap-period-us --fail-plane 0 --fail-at-us 10 --flap-period-us 0.000001
+expect --message-bytes --message-bytes 4294967295
+expect --hosts --workload alltoall --hosts 65534
+expect --sample-us --sample-us 0.0000001 --duration-us 100
+# Not finite, or out of range.
+expect --duration-us --duration-us -5
+expect --duration-us --duration-us nan
+expect --duration-us --duration-us inf
+expect --loss --loss nan
+expect --loss --loss 2
+expect --corrupt --corrupt 5
+expect --duplicate --duplicate -0.5
+expect --sample-us --sample-us nan
+expect --sample-us --sample-us 0
+expect --fail-at-us --fail-plane 0 --fail-at-us nan
+expect --reorder-window-growth --reorder-window-growth nan
+expect --host-rate-gbps --host-rate-gbps 0
+expect --host-rate-gbps --host-rate-gbps -1
+expect --fabric-delay-ns --fabric-delay-ns inf
+# Meaningless runs that exited 0, and errors that named no option.
+expect --host-queue-bytes --host-queue-bytes 100
+expect --host-queue-bytes --host-queue-bytes 0
+expect --fabric-queue-bytes --fabric-queue-bytes 4096
+expect --messages --messages 0
+expect --hosts --hosts 0
+expect --hosts --hosts 1
+expect --timeout --timeout 40
+expect --retry-exp --retry-exp 30
+expect --evs --evs 100000
+expect --message-bytes --message-bytes 0
+expect --incast-degree --incast-degree 0
+# From a config file too.
+printf 'loss = nan\n' >"$work/nan.conf"
+expect loss --config "$work/nan.conf"
+printf 'fail-link = "host:0:99"\nfail-at-us = 10\n' >"$work/target.conf"
+expect --fail-link --config "$work/target.conf"
+
+# Good options still run, failures included.
+good() {
+  local rc=0
+  timeout 20 "$sim" "$@" >"$work/out.json" 2>"$work/err" || rc=$?
+  if [ $rc -ne 0 ] || ! grep -q '"completions_ok":true' "$work/out.json"; then
+    echo "FAIL: $* -> rc=$rc, wanted a complete run: $(tail -n 2 "$work/err")"
+    fail=$((fail + 1))
+  else
+    echo "ok: $* runs"
+    pass=$((pass + 1))
+  fi
+}
+good
+good --hosts 32 --hosts-per-leaf 8 --workload permutation --planes 2 --message-bytes 65536 \
+  --fail-link fabric:1:31 --fail-at-us 5 --restore-at-us 30
+good --hosts 32 --hosts-per-leaf 8 --planes 2 --message-bytes 65536 \
+  --fail-switch spine:1:7 --fail-at-us 5 --flap-period-us 10 --restore-at-us 60
+good --timeout -1 --retry-exp 25 --evs 32768 --host-queue-bytes 4228
+
+echo "summary: $pass passed, $fail failed"
+[ $fail -eq 0 ]
