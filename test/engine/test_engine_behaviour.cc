@@ -61,6 +61,16 @@ struct Pair {
   }
 };
 
+// A frame from host `from` to host `to` in `buf`, headers stamped for plane
+// 0; the caller sets its fields and finishes it.
+wire::MutablePacket frame_between(sim::TestNet& net, std::vector<uint8_t>& buf, uint32_t from, uint32_t to,
+                                  wire::Opcode opcode, uint32_t payload = 0) {
+  wire::Addressing a;
+  a.src_ip = net.addr(from, 0).ip;
+  a.dst_ip = net.addr(to, 0).ip;
+  return wire::begin_frame(buf, a, uint8_t(opcode), false, payload);
+}
+
 // Host 0's uplinks lose the first data packet with this PSN (dropped counts
 // it); everything else goes straight to host 1, as the switch of a two-host
 // net would send it.
@@ -826,11 +836,8 @@ TEST_CASE("malformed and foreign frames are counted and dropped") {
   CHECK(e.counters()[DevCtr::rx_drop_not_ip] == 1);
   CHECK(e.counters()[DevCtr::rx_drop_bad_plane] == 1);
   // A well-formed frame to a QP that does not exist.
-  wire::Addressing a;
-  a.src_ip = net.addr(1, 0).ip;
-  a.dst_ip = net.addr(0, 0).ip;
   std::vector<uint8_t> buf(256);
-  auto m = wire::begin_frame(buf, a, uint8_t(wire::Opcode::mrc_sack), false, 0);
+  auto m = frame_between(net, buf, 1, 0, wire::Opcode::mrc_sack);
   m.bth().set_dest_qp(0x777);
   wire::finish_frame(m);
   e.on_rx(0, {buf.data(), m.at.size}, 0);
@@ -890,11 +897,8 @@ TEST_CASE("with ICRC offload the engine neither computes nor checks the ICRC") {
   REQUIRE(p.net.completions(0).size() == 1);
   CHECK(std::memcmp(p.src.data(), p.dst.data(), 20000) == 0);
   // A frame whose ICRC is wrong is the port's business, not the engine's.
-  wire::Addressing a;
-  a.src_ip = p.net.addr(1, 0).ip;
-  a.dst_ip = p.net.addr(0, 0).ip;
   std::vector<uint8_t> buf(256);
-  auto m = wire::begin_frame(buf, a, uint8_t(wire::Opcode::mrc_sack), false, 0);
+  auto m = frame_between(p.net, buf, 1, 0, wire::Opcode::mrc_sack);
   m.bth().set_dest_qp(0x777);
   wire::finish_frame(m, false);
   std::memset(buf.data() + m.at.size - 4, 0xEE, 4);
@@ -1662,10 +1666,7 @@ TEST_CASE("a send window across the PSN wrap holds only what was sent") {
     QpInfo qi = p.info(0);
     REQUIRE(qi.snd_nxt == wire::psn_add(sq_psn, 16));
     std::vector<uint8_t> buf(512);
-    wire::Addressing ad;
-    ad.src_ip = p.net.addr(1, 0).ip;
-    ad.dst_ip = p.net.addr(0, 0).ip;
-    auto m = wire::begin_frame(buf, ad, uint8_t(wire::Opcode::mrc_ack), false, 0);
+    auto m = frame_between(p.net, buf, 1, 0, wire::Opcode::mrc_ack);
     REQUIRE(m.base);
     m.bth().set_dest_qp(p.qp.qpn_a);
     m.bth().set_psn(wire::psn_add(qi.snd_nxt, 4));
@@ -1697,10 +1698,7 @@ TEST_CASE("the largest MPR keeps every SACK offset decodable") {
   // One packet at the window's far end, behind a hole at its start.
   const uint32_t psn = wire::psn_add(p.info(1).rcv_cack, wire::kMaxMpr * wire::kMprUnitPsns);
   std::vector<uint8_t> buf(512);
-  wire::Addressing ad;
-  ad.src_ip = p.net.addr(0, 0).ip;
-  ad.dst_ip = p.net.addr(1, 0).ip;
-  auto m = wire::begin_frame(buf, ad, uint8_t(wire::Opcode::mrc_write_only), false, 64);
+  auto m = frame_between(p.net, buf, 0, 1, wire::Opcode::mrc_write_only, 64);
   REQUIRE(m.base);
   m.bth().set_dest_qp(p.qp.qpn_b);
   m.bth().set_psn(psn);
