@@ -237,7 +237,6 @@ std::string build(const Options& o, Built& out) {
                                 {"--link-wait", o.link_wait},
                                 {"--resolve-timeout", o.resolve_timeout}})
     if (!std::isfinite(v) || v < 0) return fmt::format("{}: a finite number, 0 or more", name);
-  if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: more than 0";
 
   engine::EngineConfig ec;
   ec.transport = o.transport == "mrc" ? engine::Transport::mrc : engine::Transport::rocev2;

@@ -422,6 +422,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
       if (!qp.in_use || qp.state != QpState::rts || qp.attr.remote[plane].ip != src) continue;
       const uint32_t newly_down = down & ~qp.peer_planes_down;
       qp.peer_planes_down = down & ((1u << cfg.num_planes) - 1);
+      if (cfg.transport != Transport::mrc) continue;  // one path, no EV health: it waits for its timeout
       for (uint16_t i = 0; i < qp.evs.size(); ++i) {
         if ((newly_down >> qp.evs[i].plane) & 1) ev_mark(qp, i, EvState::assumed_bad, now, true);
       }
@@ -620,10 +621,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
   for (uint32_t qpn : qpns()) {
     Qp& qp = I.qps[qpn - I.first_qpn];
     if (qp.state != QpState::rts) continue;
-    if (I.cfg.transport != Transport::mrc) {  // no EV health, no probes: the QP waits for the plane
-      if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
-      continue;
-    }
+    if (I.cfg.transport != Transport::mrc) continue;  // one path, no EV health: it waits for its timeout
     for (uint16_t i = 0; i < qp.evs.size(); ++i) {
       if (qp.evs[i].plane != plane) continue;
       if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);

@@ -130,7 +130,12 @@ void Engine::Impl::on_data(Qp& qp, uint32_t plane, const Packet& p, Nanos now) {
     uint32_t refused_psn = 0;
     // A WRITE_IMM that found no receive posted put the QP in ERROR: the
     // requester must hear that, not see the message acknowledged.
-    if (qp.stash_used && !deliver_imms(qp, refused_psn)) return send_aeth(qp, plane, ev, refused_psn, kAethNakRemoteOp);
+    if (qp.stash_used && !deliver_imms(qp, refused_psn)) {
+      // Everything before it was placed, and MRC's NAK acknowledges nothing
+      // (RC's does): say so first, or the requester flushes those WRs too.
+      send_aeth(qp, plane, ev, psn_add(refused_psn, -1), kAethAck);
+      return send_aeth(qp, plane, ev, refused_psn, kAethNakRemoteOp);
+    }
     if (qp.ack_req_waiting && psn_le(qp.ack_req_psn, qp.rcv_cack)) {
       qp.ack_req_waiting = false;
       ack_at_once = true;
@@ -239,7 +244,7 @@ void Engine::Impl::send_aeth(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, 
     m.aeth().set_syndrome(syndrome);
     m.aeth().set_msn(qp.rc_msn);
   });
-  if (sent) qp.ctr.inc(QpCtr::tx_nacks);
+  if (sent) qp.ctr.inc(syndrome == kAethAck ? QpCtr::tx_acks : QpCtr::tx_nacks);
 }
 
 void Engine::Impl::on_probe(Qp& qp, uint32_t plane, const Packet& p) {

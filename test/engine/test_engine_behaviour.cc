@@ -1747,19 +1747,25 @@ TEST_CASE("rocev2: a region deregistered mid-message takes no more of it") {
 }
 
 // A WRITE_IMM that finds no receive posted fails the responder's QP; the
-// requester must be told so, not see the message acknowledged.
+// requester must be told so, not see the message acknowledged, while the
+// WRITE placed before it still completes.
 TEST_CASE("a WRITE_IMM with no receive posted fails on both sides") {
   for (Transport t : {Transport::mrc, Transport::rocev2}) {
     INFO((t == Transport::mrc ? "mrc" : "rocev2"));
     Pair p(basic(t, t == Transport::mrc ? 4 : 1));
-    SendWr w = p.write(1, 100);
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 100)) == 0);
+    SendWr w = p.write(2, 100, 100);
     w.opcode = WrOpcode::rdma_write_with_imm;
     REQUIRE(p.net.post_send(0, p.qp.qpn_a, w) == 0);
     p.net.run_until_idle(p.net.now() + 100'000'000);
     CHECK(p.info(1).state == QpState::error);
     CHECK(p.info(1).ctr[QpCtr::rx_drop_no_recv_wqe] == 1);
-    REQUIRE(p.net.completions(0).size() == 1);
-    CHECK(p.net.completions(0)[0].status == WcStatus::rem_op_err);
+    const auto& c = p.net.completions(0);
+    REQUIRE(c.size() == 2);
+    CHECK(c[0].wr_id == 1);
+    CHECK(c[0].status == WcStatus::success);
+    CHECK(c[1].wr_id == 2);
+    CHECK(c[1].status == WcStatus::rem_op_err);
     CHECK(p.info(0).state == QpState::error);
   }
 }
@@ -1802,6 +1808,14 @@ TEST_CASE("rocev2: no EV states to set and no probes after a plane flap") {
   p.net.run_until(p.net.now() + 10'000);
   p.net.engine(0).set_plane_up(0, true, p.net.now());
   p.net.poll(0);
+  // The peer's port status, down then up, changes nothing either.
+  REQUIRE(p.net.engine(1).send_endpoint_request(0, p.net.addr(0, 0), wire::EvFormat::udp, 0xC000,
+                                                uint8_t(wire::EndpointOp::port_status_update), 1, 1u, 0, p.net.now()));
+  p.net.poll(1);
+  p.net.run_until(p.net.now() + 10'000);
+  p.net.engine(1).send_port_status(p.net.now());
+  p.net.poll(1);
+  p.net.run_until(p.net.now() + 10'000);
   REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 10000)) == 0);
   p.net.run_until(p.net.now() + 100'000'000);
   REQUIRE(p.net.completions(0).size() == 1);
