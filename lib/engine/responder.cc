@@ -293,11 +293,12 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
   const bool first = op_flags(opc) & kOpFirst;
   const uint32_t len = p.at.payload_len;
   uint8_t nak = 0;
+  const Mr* mr = nullptr;
   if (first) {
     const RethView reth = p.reth();
-    // RC checks the whole message on its first packet, and each packet's
-    // bytes again below.
-    if (check_remote_write(qp, reth.rkey(), reth.va(), reth.dma_len(), nak)) {
+    // RC checks the whole message on its first packet, and each later
+    // packet's bytes again below.
+    if ((mr = check_remote_write(qp, reth.rkey(), reth.va(), reth.dma_len(), nak))) {
       qp.rc_in_msg = true;
       qp.rc_rkey = reth.rkey();
       qp.rc_va = reth.va();
@@ -313,8 +314,8 @@ void Engine::Impl::on_data_rocev2(Qp& qp, uint32_t plane, const Packet& p, Nanos
     qp.ctr.inc(QpCtr::rx_drop_bad_msg);
     nak = kAethNakInvalidReq;
   }
-  const Mr* mr = nak ? nullptr : check_remote_write(qp, qp.rc_rkey, qp.rc_va, len, nak);
-  if (!mr) {
+  if (!nak && !first) mr = check_remote_write(qp, qp.rc_rkey, qp.rc_va, len, nak);
+  if (nak) {
     qp.rc_in_msg = false;
     return send_aeth(qp, plane, sport, psn, nak);
   }
