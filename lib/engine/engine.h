@@ -113,7 +113,7 @@ struct EngineConfig {
   Nanos probe_interval = 50000;
   Nanos probe_interval_max = 2000000;
   // SKIP lasts for this many picks on the EV's plane ("one rotation" is the
-  // plane's active EV count, used when this is 0).
+  // plane's active EV count, used when this is 0; at most 2^31 - 1).
   uint32_t skip_picks = 0;
   // A plane on which this many packets of a QP in a row were lost, each
   // sent after the plane's newest acknowledged packet while another plane

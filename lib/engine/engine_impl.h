@@ -85,12 +85,20 @@ struct Ev {
   uint8_t plane = 0;
   EvState state = EvState::good;
   bool active = false;
-  uint32_t skip_until = 0;  // plane pick count at which SKIP ends
+  uint32_t skip_until = 0;  // plane pick count at which SKIP ends (see still_skipping)
   uint32_t inflight = 0;    // packets sent on it, neither acknowledged nor declared lost
   uint64_t tx_pkts = 0;     // EvCtr::tx_pkts
   uint64_t acks = 0;        // EvCtr::acks
 };
 static_assert(sizeof(Ev) == 32);
+
+// A plane's pick count wraps (every 2^32 packets on one plane), so SKIP's end
+// is compared in serial-number order. SKIP may last at most 2^31 - 1 picks.
+inline bool still_skipping(uint32_t picks, uint32_t skip_until) { return static_cast<int32_t>(skip_until - picks) > 0; }
+inline constexpr uint32_t kMaxSkipPicks = 0x7FFFFFFF;
+// Pick counts start this close to wrapping, so every QP that sends more than
+// this many packets on a plane crosses the wrap early in its life.
+inline constexpr uint32_t kPicksStart = 0u - 256u;
 struct EvCold {
   Nanos probe_at = kNever;  // next probe, for ASSUMED_BAD EVs
   Nanos probe_backoff = 0;
@@ -181,7 +189,11 @@ struct alignas(64) Qp {
   std::vector<EvCold> ev_cold;
   // What the per-packet EV choice reads, kept together:
   // Engine::prefetch_poll() loads `plane_picks` to `spray_step` as one range.
-  std::array<uint32_t, kMaxPlanes> plane_picks{};
+  std::array<uint32_t, kMaxPlanes> plane_picks = [] {
+    std::array<uint32_t, kMaxPlanes> a;
+    a.fill(kPicksStart);
+    return a;
+  }();
   std::array<uint32_t, kMaxPlanes> plane_inflight{};
   uint32_t pick_rotor = 0;
   uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down

@@ -151,7 +151,7 @@ int Engine::Impl::pick_ev(Qp& qp, int avoid_ev, bool need_room) {
       const int idx = member(i);
       Ev& ev = qp.evs[idx];
       if (ev.state == EvState::skip) {
-        if (picks < ev.skip_until) {
+        if (still_skipping(picks, ev.skip_until)) {
           if (fallback < 0) fallback = idx;
           continue;
         }
@@ -177,7 +177,8 @@ void Engine::Impl::ev_skip(Qp& qp, uint16_t idx) {
   Ev& ev = qp.evs[idx];
   if (ev.state != EvState::good) return;
   ev.state = EvState::skip;
-  const uint32_t rotation = cfg.skip_picks ? cfg.skip_picks : static_cast<uint32_t>(qp.active[ev.plane].size());
+  const uint32_t rotation =
+      cfg.skip_picks ? std::min(cfg.skip_picks, kMaxSkipPicks) : static_cast<uint32_t>(qp.active[ev.plane].size());
   ev.skip_until = qp.plane_picks[ev.plane] + rotation;
   qp.ev_cold[idx].ctr.inc(EvCtr::state_changes);
 }

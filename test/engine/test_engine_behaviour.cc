@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "engine/engine_impl.h"
 #include "sim/fabric.h"
 #include "wire/psn.h"
 #include "sim/placement_ledger.h"
@@ -1824,4 +1825,19 @@ TEST_CASE("rocev2: no EV states to set and no probes after a plane flap") {
   CHECK(p.info(0).ctr[QpCtr::tx_probes] == 0);
   CHECK(p.net.engine(1).counters()[DevCtr::rx_drop_wrong_transport] == 0);
   CHECK(p.net.engine(0).next_deadline() == kNever);
+}
+
+TEST_CASE("SKIP's end is found across the pick counter's wrap") {
+  // Set two picks before the wrap, ending six after it.
+  CHECK(still_skipping(0xFFFFFFFEu, 6));
+  CHECK(still_skipping(0, 6));
+  CHECK_FALSE(still_skipping(6, 6));
+  // Set just before the wrap, ending before it: a count past the wrap is
+  // past the end, not 2^32 picks short of it.
+  CHECK(still_skipping(0xFFFFFFF0u, 0xFFFFFFF8u));
+  CHECK_FALSE(still_skipping(0, 0xFFFFFFF8u));
+  CHECK_FALSE(still_skipping(100, 0xFFFFFFF8u));
+  // The longest SKIP allowed still ends.
+  CHECK(still_skipping(5, 5 + kMaxSkipPicks));
+  CHECK_FALSE(still_skipping(5 + kMaxSkipPicks, 5 + kMaxSkipPicks));
 }
