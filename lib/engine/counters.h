@@ -26,58 +26,59 @@ namespace mrc::engine {
   X(tx_drop_no_buffer, "frames not sent because the host gave no buffer")
 
 // Per QP.
-#define MRC_QP_COUNTERS(X)                                                           \
-  X(tx_data_pkts, "data packets sent, first transmissions")                          \
-  X(tx_data_bytes, "payload bytes sent, first transmissions")                        \
-  X(tx_retransmits, "data packets sent again")                                       \
-  X(rtx_sack, "retransmissions caused by SACK holes")                                \
-  X(rtx_nack, "retransmissions caused by NACKs")                                     \
-  X(rtx_rto, "retransmissions caused by the retransmit timeout")                     \
-  X(rtx_go_back_n, "RoCEv2 go-back-N retransmissions")                               \
-  X(tx_tail_probes, "loss probes after a flight's last packet")                      \
-  X(rtx_spurious, "resends answered for the first copy (late, not lost)")            \
-  X(rtx_plane_down, "resends of packets in flight on a plane that went down")        \
-  X(rto_fired, "retransmit timeouts")                                                \
-  X(tx_acks, "ACK/SACK packets sent")                                                \
-  X(tx_nacks, "NACK packets sent")                                                   \
-  X(tx_probes, "probes sent: EV and loss probes")                                    \
-  X(tx_cnps, "congestion notification packets sent")                                 \
-  X(tx_blocked_no_room, "sends deferred because no plane had TX room")               \
-  X(tx_drop_no_buffer, "packets not sent because the host gave no buffer")           \
-  X(rx_data_pkts, "data packets received and placed")                                \
-  X(rx_data_bytes, "payload bytes placed")                                           \
-  X(rx_dup_pkts, "duplicate data packets (not placed again)")                        \
-  X(rx_ooo_pkts, "data packets received out of order")                               \
-  X(rx_ecn_marked, "data packets received with ECN CE")                              \
-  X(rx_trimmed, "trimmed data packets received (NACKed)")                            \
-  X(rx_acks, "ACK/SACK packets received")                                            \
-  X(rx_nacks, "NACK packets received")                                               \
-  X(rx_probes, "reliability probes received")                                        \
-  X(rx_probe_replies, "probe replies received")                                      \
-  X(rx_cnps, "congestion notification packets received")                             \
-  X(rx_drop_psn_oor, "data packets outside the responder window (NACKed)")           \
-  X(rx_drop_seq_err, "RoCEv2 data packets out of sequence (NAKed)")                  \
-  X(rx_drop_bad_rkey, "data packets naming an unknown rkey")                         \
-  X(rx_drop_no_access, "data packets to a region without remote write access")       \
-  X(rx_drop_out_of_bounds, "data packets outside the region or the message")         \
-  X(rx_drop_wimm_overflow, "WRITE_IMM beyond max_wimm_dest in flight")               \
-  X(rx_drop_no_recv_wqe, "WRITE_IMM with no posted receive")                         \
-  X(rx_drop_bad_state, "packets for a QP not in a state to take them")               \
-  X(rx_drop_stale_ack, "ACKs naming PSNs not outstanding")                           \
-  X(rx_drop_bad_msg, "data packets inconsistent with their message")                 \
-  X(wqe_bad_opcode, "work requests of an opcode MRC does not support")               \
-  X(wqe_bad_lkey, "work requests naming an unknown lkey or one of another PD")       \
-  X(wqe_bad_length, "work requests reaching outside their local region")             \
-  X(wqe_sq_full, "work requests refused because the send queue was full")            \
-  X(completions, "completions delivered")                                            \
-  X(completions_error, "completions with an error status")                           \
-  X(imm_delivered, "WRITE_IMM completions delivered at the responder")               \
-  X(retry_exceeded, "QP moved to ERROR after its retry budget ran out")              \
-  X(remote_errors, "QP moved to ERROR by a NAK from the responder")                  \
-  X(ev_marked_bad, "EVs moved to ASSUMED_BAD")                                       \
-  X(ev_recovered, "EVs moved back to GOOD by a probe")                               \
-  X(peer_plane_up_by_probe, "planes the peer reported down, answering probes again") \
-  X(ev_min_active_kept, "EV failures ignored to keep ev_min_active EVs")             \
+#define MRC_QP_COUNTERS(X)                                                                \
+  X(tx_data_pkts, "data packets sent, first transmissions")                               \
+  X(tx_data_bytes, "payload bytes sent, first transmissions")                             \
+  X(tx_retransmits, "data packets sent again")                                            \
+  X(rtx_sack, "retransmissions caused by SACK holes")                                     \
+  X(rtx_nack, "retransmissions caused by NACKs")                                          \
+  X(rtx_rto, "retransmissions caused by the retransmit timeout")                          \
+  X(rtx_go_back_n, "RoCEv2 go-back-N retransmissions")                                    \
+  X(tx_tail_probes, "loss probes after a flight's last packet")                           \
+  X(rtx_spurious, "resends answered for the first copy (late, not lost)")                 \
+  X(rtx_plane_down, "resends of packets in flight on a plane that went down")             \
+  X(rto_fired, "retransmit timeouts")                                                     \
+  X(tx_acks, "ACK/SACK packets sent")                                                     \
+  X(tx_nacks, "NACK packets sent")                                                        \
+  X(tx_probes, "probes sent: EV and loss probes")                                         \
+  X(tx_cnps, "congestion notification packets sent")                                      \
+  X(tx_blocked_no_room, "sends deferred because no plane had TX room")                    \
+  X(tx_drop_no_buffer, "packets not sent because the host gave no buffer")                \
+  X(rx_data_pkts, "data packets received and placed")                                     \
+  X(rx_data_bytes, "payload bytes placed")                                                \
+  X(rx_dup_pkts, "duplicate data packets (not placed again)")                             \
+  X(rx_ooo_pkts, "data packets received out of order")                                    \
+  X(rx_ecn_marked, "data packets received with ECN CE")                                   \
+  X(rx_trimmed, "trimmed data packets received (NACKed)")                                 \
+  X(rx_acks, "ACK/SACK packets received")                                                 \
+  X(rx_nacks, "NACK packets received")                                                    \
+  X(rx_probes, "reliability probes received")                                             \
+  X(rx_probe_replies, "probe replies received")                                           \
+  X(rx_cnps, "congestion notification packets received")                                  \
+  X(rx_drop_psn_oor, "data packets outside the responder window (NACKed)")                \
+  X(rx_drop_seq_err, "RoCEv2 data packets out of sequence (NAKed)")                       \
+  X(rx_drop_bad_rkey, "data packets naming an unknown rkey")                              \
+  X(rx_drop_no_access, "data packets to a region without remote write access")            \
+  X(rx_drop_out_of_bounds, "data packets outside the region or the message")              \
+  X(rx_drop_wimm_overflow, "WRITE_IMM beyond max_wimm_dest in flight")                    \
+  X(rx_drop_no_recv_wqe, "WRITE_IMM with no posted receive")                              \
+  X(rx_drop_bad_state, "packets for a QP not in a state to take them")                    \
+  X(rx_drop_stale_ack, "ACKs naming PSNs not outstanding")                                \
+  X(rx_drop_bad_msg, "data packets inconsistent with their message")                      \
+  X(wqe_bad_opcode, "work requests of an opcode MRC does not support")                    \
+  X(wqe_bad_lkey, "work requests naming an unknown lkey or one of another PD")            \
+  X(wqe_bad_length, "work requests reaching outside their local region")                  \
+  X(wqe_sq_full, "work requests refused because the send queue was full")                 \
+  X(completions, "completions delivered")                                                 \
+  X(completions_error, "completions with an error status")                                \
+  X(imm_delivered, "WRITE_IMM completions delivered at the responder")                    \
+  X(retry_exceeded, "QP moved to ERROR after its retry budget ran out")                   \
+  X(remote_errors, "QP moved to ERROR by a NAK from the responder")                       \
+  X(ev_marked_bad, "EVs moved to ASSUMED_BAD")                                            \
+  X(ev_recovered, "EVs moved back to GOOD by a probe")                                    \
+  X(peer_plane_up_by_probe, "planes the peer reported down, answering probes again")      \
+  X(probes_parked, "EVs no longer probed by an idle QP (EngineConfig::idle_probe_limit)") \
+  X(ev_min_active_kept, "EV failures ignored to keep ev_min_active EVs")                  \
   X(plane_silent, "planes taken out of spraying after consecutive losses")
 
 // Per EV of a QP.

@@ -543,10 +543,14 @@ void Engine::poll(Nanos now) {
   I.sched_summary = sum;
 }
 
+bool Engine::Impl::qp_has_work(const Qp& qp) const {
+  return qp.snd_una != qp.snd_nxt || qp.rtx_head != qp.rtx_tail || qp.sq_send != qp.sq_tail ||
+         qp.sq_head != qp.sq_tail || qp.unacked_pkts;
+}
+
 bool Engine::Impl::qp_idle(const Qp& qp) const {
   if (qp.state != QpState::rts && qp.state != QpState::rtr) return true;
-  return qp.snd_una == qp.snd_nxt && qp.rtx_head == qp.rtx_tail && qp.sq_send == qp.sq_tail &&
-         qp.sq_head == qp.sq_tail && !qp.unacked_pkts && qp.next_probe_at == kNever;
+  return !qp_has_work(qp) && qp.next_probe_at == kNever;
 }
 
 Nanos Engine::Impl::qp_timer_deadline(const Qp& qp) const {
@@ -630,7 +634,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
     if (up) {  // probe the plane's EVs back at once
       for (size_t i = 0; i < qp.evs.size(); ++i)
         if (qp.evs[i].plane == plane && qp.evs[i].state == EvState::assumed_bad)
-          qp.ev_cold[i].probe_at = now, qp.ev_cold[i].probe_backoff = 0;
+          qp.ev_cold[i].probe_at = now, qp.ev_cold[i].probe_backoff = 0, qp.ev_cold[i].silent_probes = 0;
       qp.next_probe_at = now;
       I.activate(qp);
     }

@@ -112,6 +112,11 @@ struct EngineConfig {
   // probe_interval_max).
   Nanos probe_interval = 50000;
   Nanos probe_interval_max = 2000000;
+  // A QP with nothing to send, in flight or to acknowledge stops probing an
+  // EV after this many probes went unanswered (its peer may be gone for
+  // good, and probes would keep it busy for as long as it lives); posting
+  // work probes such EVs again at once. 0: probe for ever.
+  uint32_t idle_probe_limit = 16;
   // SKIP lasts for this many picks on the EV's plane ("one rotation" is the
   // plane's active EV count, used when this is 0; at most 2^31 - 1).
   uint32_t skip_picks = 0;

@@ -102,6 +102,7 @@ inline constexpr uint32_t kPicksStart = 0u - 256u;
 struct EvCold {
   Nanos probe_at = kNever;  // next probe, for ASSUMED_BAD EVs
   Nanos probe_backoff = 0;
+  uint32_t silent_probes = 0;  // sent since the EV last changed state or its plane came up
   uint64_t drops = 0;   // losses since the last GOOD<->ASSUMED_BAD event
   Counters<EvCtr> ctr;  // all but tx_pkts and acks, which are Ev's
 };
@@ -180,6 +181,7 @@ struct alignas(64) Qp {
   uint16_t next_msn = 0;
   uint16_t next_rq_msn = 0;
   uint32_t wimm_inflight = 0;
+  bool probes_parked = false;  // some ASSUMED_BAD EV is not probed (idle_probe_limit)
   std::unique_ptr<CongestionControl> cc;
   std::vector<wire::FrameTemplate> tmpl;       // [plane * 2 + with_imm]
   std::vector<wire::FrameTemplate> sack_tmpl;  // [plane], MRC responder
@@ -408,6 +410,8 @@ struct Engine::Impl {
   Nanos qp_timer_deadline(const Qp& qp) const;
   bool qp_wants_tx(const Qp& qp) const;
   bool qp_idle(const Qp& qp) const;
+  bool qp_has_work(const Qp& qp) const;
+  void unpark_probes(Qp& qp);
   void mark_stale(Qp& qp) {
     if (qp.on_active_list) active_sched[qp.active_pos].stale = true;
     sched_summary.valid = false;

@@ -113,6 +113,7 @@ int Engine::Impl::post_send(Qp& qp, const SendWr& wr) {
     e.msn = qp.next_msn++;
   }
   ++qp.sq_tail;
+  if (qp.probes_parked) unpark_probes(qp);
   activate(qp);
   if (e.error != WcStatus::success) complete_acked_wqes(qp);
   // Sending waits for poll(), as a NIC's scheduler runs after doorbells:

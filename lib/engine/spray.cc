@@ -243,6 +243,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   ev.state = to;
   EvCold& cold = qp.ev_cold[idx];
   cold.ctr.inc(EvCtr::state_changes);
+  cold.silent_probes = 0;
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
     cold.probe_backoff = cfg.probe_interval;
@@ -304,6 +305,13 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
     if (ev.state != EvState::assumed_bad) continue;
     EvCold& cold = qp.ev_cold[i];
     if (cold.probe_at <= now && plane_up[ev.plane]) {
+      if (cfg.idle_probe_limit && cold.silent_probes >= cfg.idle_probe_limit && !qp_has_work(qp)) {
+        cold.probe_at = kNever;
+        qp.probes_parked = true;
+        qp.ctr.inc(QpCtr::probes_parked);
+        continue;
+      }
+      ++cold.silent_probes;
       const bool sent =
           send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
             m.peth().set_type(kPethType);
@@ -324,6 +332,18 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
     next = std::min(next, cold.probe_at);
   }
   qp.next_probe_at = next;
+}
+
+void Engine::Impl::unpark_probes(Qp& qp) {
+  qp.probes_parked = false;
+  for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+    EvCold& cold = qp.ev_cold[i];
+    if (qp.evs[i].state != EvState::assumed_bad || cold.probe_at != kNever) continue;
+    cold.probe_at = 0;  // due at the next poll, whatever its time
+    cold.probe_backoff = 0;
+    cold.silent_probes = 0;
+    qp.next_probe_at = 0;
+  }
 }
 
 }  // namespace mrc::engine

@@ -1841,3 +1841,36 @@ TEST_CASE("SKIP's end is found across the pick counter's wrap") {
   CHECK(still_skipping(5, 5 + kMaxSkipPicks));
   CHECK_FALSE(still_skipping(5 + kMaxSkipPicks, 5 + kMaxSkipPicks));
 }
+
+// A QP left with ASSUMED_BAD EVs and a peer that will never answer again
+// (its QP is in ERROR) stops probing once idle, rather than for as long as
+// it lives; posting work probes those EVs again.
+TEST_CASE("an idle QP stops probing EVs nobody answers and work resumes the probes") {
+  Pair p(basic(Transport::mrc, 2));
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1, 10000)) == 0);
+  REQUIRE(p.net.run_until_idle(p.net.now() + 10'000'000));
+  REQUIRE(p.net.completions(0).size() == 1);
+  REQUIRE(p.net.engine(0).modify_qp(p.qp.qpn_a, QpState::error, {}, p.net.now()) == ModifyError::ok);
+  // Host 1's plane 1 flaps: that plane's EVs go ASSUMED_BAD and are probed.
+  Engine& e = p.net.engine(1);
+  e.set_plane_up(1, false, p.net.now());
+  e.set_plane_up(1, true, p.net.now());
+  p.net.poll(1);
+  uint64_t bad = 0;
+  for (const auto& ev : e.ev_info(p.qp.qpn_b)) bad += ev.state == EvState::assumed_bad;
+  REQUIRE(bad > 0);
+  const Nanos flap = p.net.now();
+  // Without the limit the probes never stop and the net is never idle.
+  CHECK(p.net.run_until_idle(flap + 1'000'000'000));
+  const QpInfo parked = p.info(1);
+  CHECK(parked.ctr[QpCtr::probes_parked] == bad);
+  CHECK(parked.ctr[QpCtr::tx_probes] == bad * EngineConfig{}.idle_probe_limit);
+  CHECK(parked.ctr[QpCtr::rx_probe_replies] == 0);
+  CHECK(e.next_deadline() == kNever);
+  // Work to send: the parked EVs are probed again at once.
+  SendWr w;
+  w.wr_id = 9;
+  REQUIRE(p.net.post_send(1, p.qp.qpn_b, w) == 0);
+  p.net.run_until(p.net.now() + 1000);
+  CHECK(p.info(1).ctr[QpCtr::tx_probes] == parked.ctr[QpCtr::tx_probes] + bad);
+}
