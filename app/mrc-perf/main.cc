@@ -2150,9 +2150,14 @@ class Server {
     const uint32_t ns = h.u32();
     if (ns == 0 || ns > 64) fail_setup("client sent no sizes");
     for (uint32_t k = 0; k < ns; ++k) cfg_.sizes.push_back(h.u64());
-    if (uint8_t(cfg_.op) > 1 || uint8_t(cfg_.test) > 1 || cfg_.qps == 0 || cfg_.qps > kMaxQps ||
-        cfg_.tx_depth == 0 || cfg_.tx_depth > kMaxTxDepth || !mtu_enum(cfg_.mtu) ||
-        (cfg_.lat() && cfg_.qps != 1) || event > 1 || (cfg_.event && cfg_.lat() && !cfg_.imm()))
+    // The bounds the client's options enforce, checked again: a client that
+    // skips them must not make this side wrap warmup + iters into a short
+    // run, truncate a GID index or run for ever.
+    if (uint8_t(cfg_.op) > 1 || uint8_t(cfg_.test) > 1 || cfg_.qps == 0 || cfg_.qps > kMaxQps || cfg_.tx_depth == 0 ||
+        cfg_.tx_depth > kMaxTxDepth || !mtu_enum(cfg_.mtu) || (cfg_.lat() && cfg_.qps != 1) || event > 1 ||
+        (cfg_.event && cfg_.lat() && !cfg_.imm()) || cfg_.gid_idx > 255 || cfg_.iters == 0 || cfg_.iters > kMaxIters ||
+        cfg_.warmup > kMaxIters || cfg_.cq_mod == 0 || cfg_.cq_mod > kMaxTxDepth ||
+        cfg_.seconds_ms > uint64_t(kMaxSeconds * 1000))
       fail_setup("client sent an invalid configuration");
     for (uint64_t s : cfg_.sizes)
       if (s == 0 || s > kMaxSize) fail_setup(fmt::format("client sent invalid size {}", s));
@@ -2208,6 +2213,9 @@ class Server {
       pb.seconds_ms = m.u64();
       if (std::find(cfg_.sizes.begin(), cfg_.sizes.end(), pb.size) == cfg_.sizes.end())
         fail_run(fmt::format("client started a phase with unannounced size {}", pb.size));
+      if (pb.warmup != cfg_.warmup || pb.seconds_ms != cfg_.seconds_ms ||
+          pb.iters != (cfg_.seconds_ms ? 0 : cfg_.iters))
+        fail_run("client started a phase with iterations or seconds it did not announce");
       ServerPhase p = cfg_.lat() ? lat_phase(pb) : bw_phase(pb);
       Writer res;
       put_verdict(res, p.verified, p.verdict);

@@ -198,6 +198,48 @@ case $case_name in
 --warmup --warmup 9223372036854775807
 ARGS
     echo "mrc-perf: bad arguments refused"
+    # A client that skips those checks: the server refuses its settings
+    # before it opens the device (none runs yet), exiting 1 with the reason.
+    while read -r what field value; do
+      port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      rc=0
+      timeout 20 "$perf" --dev mrc1 --port "$port" >"$work/server_bad.txt" 2>&1 &
+      server=$!
+      $py - "$port" "$field" "$value" <<'EOF' || fail "fake mrc-perf client ($what) could not talk to the server"
+import socket, struct, sys, time
+port, field, value = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+hello = dict(ver=3, op=0, test=0, verify=1, event=0, mtu=1024, gid_idx=0, qps=1, iters=10, warmup=1,
+             tx_depth=64, cq_mod=16, seconds_ms=0, seed=1)
+hello[field] = value
+body = struct.pack("<HBBBBIIIQQIIQQI", *hello.values(), 1) + struct.pack("<Q", 4096)
+for _ in range(100):
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+s.sendall(struct.pack("<IHHI", 0x5043524D, 1, 0, len(body)) + body)
+s.settimeout(15)
+while s.recv(4096):
+    pass
+EOF
+      wait $server || rc=$?
+      if [ "$what" = valid ]; then  # the fake client's encoding is right: these settings pass
+        ! grep -q "invalid configuration" "$work/server_bad.txt" ||
+          fail "mrc-perf server refused the fake client's valid settings: $(head -c 300 "$work/server_bad.txt")"
+        continue
+      fi
+      [ "$rc" -eq 1 ] && grep -q "invalid configuration" "$work/server_bad.txt" ||
+        fail "mrc-perf server took a client's $what: exit $rc, $(head -c 300 "$work/server_bad.txt")"
+    done <<'BAD'
+valid qps 1
+gid-index-256 gid_idx 256
+warmup+iters-wrapping warmup 18446744073709551615
+no-iterations iters 0
+cq-mod-0 cq_mod 0
+seconds-past-the-limit seconds_ms 18446744073709551615
+BAD
+    echo "mrc-perf: a client's invalid settings refused by the server"
     start_nic
     for spec in "--op write --test bw" "--op write_imm --test bw" "--op write --test lat" "--op write_imm --test lat"; do
       port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
