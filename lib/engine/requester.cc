@@ -270,7 +270,9 @@ bool Engine::Impl::send_data(Qp& qp, uint32_t psn, bool retransmit, Nanos now) {
 
   t.sent_at = now;
   t.ev = static_cast<uint16_t>(ev);
-  ++t.tx_count;
+  // Saturates: only "sent once" matters (Karn), and a PSN resent 256 times
+  // under infinite retries must not read as sent once again.
+  if (t.tx_count < UINT8_MAX) ++t.tx_count;
   t.flags = static_cast<uint8_t>((t.flags & ~kPktQueued) | kPktInFlight);
   qp.inflight_bytes += t.len;
   ++qp.plane_inflight[plane];
