@@ -219,14 +219,24 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
     errno = EINVAL;
     return nullptr;
   }
-  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-  const uintptr_t start = a & ~(page - 1);
-  const uintptr_t end = (a + length + page - 1) & ~(page - 1);
-  if (end <= start) {
+  // Checked before any arithmetic or allocation sized by it: a wrapping
+  // range or one the device can never hold is the caller's error.
+  if (length > info.max_mr_size) {
+    complain("cannot register " + std::to_string(length) + " bytes; the device allows " +
+             std::to_string(info.max_mr_size));
     errno = EINVAL;
     return nullptr;
   }
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  const uintptr_t start = a & ~(page - 1);
+  uintptr_t last;
+  if (__builtin_add_overflow(a, length - 1, &last) || last > UINTPTR_MAX - page) {
+    complain("cannot register a region that wraps the end of the address space");
+    errno = EINVAL;
+    return nullptr;
+  }
+  const uintptr_t end = (last + page) & ~(page - 1);
   auto* m = new (std::nothrow) Mr;
   if (!m) {
     errno = ENOMEM;

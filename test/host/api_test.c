@@ -947,6 +947,35 @@ static void test_sq_accounting(void)
 	destroy_pair(&p);
 }
 
+/*
+ * Registrations the device can never hold are refused with EINVAL before
+ * the library sizes anything by them.
+ */
+static void test_reg_mr_sizes(void)
+{
+	/* A page no registration has touched: the size checks come first. */
+	uint8_t *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+
+	if (p == MAP_FAILED) {
+		report(0, "reg_mr sizes: a fresh page", "mmap failed");
+		return;
+	}
+	errno = 0;
+	mr = ibv_reg_mr(A.pd, p, (size_t)1 << 60, IBV_ACCESS_LOCAL_WRITE);
+	report(!mr && errno == EINVAL, "ibv_reg_mr of 2^60 bytes is refused (EINVAL)",
+	       "mr %p, errno %d", (void *)mr, errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+	errno = 0;
+	mr = ibv_reg_mr(A.pd, p + 100, SIZE_MAX - 50, IBV_ACCESS_LOCAL_WRITE);
+	report(!mr && errno == EINVAL, "ibv_reg_mr of a range wrapping the address space is refused (EINVAL)",
+	       "mr %p, errno %d", (void *)mr, errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+	munmap(p, 4096);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1267,6 +1296,7 @@ int main(int argc, char **argv)
 	negative("local length past the region", A_ADDR(SRC_LEN - 32), 64, A.mr->lkey,
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
 
+	test_reg_mr_sizes();
 	test_allocators_and_isolation();
 	test_sq_accounting();
 	/* The responder's QP refuses remote writes when its access flags lack them. */
