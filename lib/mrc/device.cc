@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +71,36 @@ bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds, std:
   do n = sendmsg(fd, &m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
   return n == ssize_t(sizeof rq + payload.size());
+}
+
+// The program's mappings over [start, end), clipped to it, with their
+// protections; empty when some page in it is not mapped.
+struct Span {
+  uintptr_t lo, hi;
+  int prot;
+};
+std::vector<Span> mappings(uintptr_t start, uintptr_t end) {
+  std::vector<Span> out;
+  FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return out;
+  char* line = nullptr;
+  size_t cap = 0;
+  uintptr_t at = start;
+  while (at < end && getline(&line, &cap, f) > 0) {
+    unsigned long lo, hi;
+    char perms[5];
+    if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (hi <= at) continue;
+    if (lo > at) break;  // a hole
+    const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                     (perms[2] == 'x' ? PROT_EXEC : 0);
+    out.push_back({at, std::min<uintptr_t>(hi, end), prot});
+    at = hi;
+  }
+  std::free(line);
+  std::fclose(f);
+  if (at < end) out.clear();
+  return out;
 }
 
 }  // namespace
@@ -246,6 +277,25 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
   // leave the NIC on a memfd the program no longer maps.
   std::lock_guard<std::mutex> one_at_a_time(reg_mu);
   std::unique_lock<std::mutex> g(mu);
+  // As verbs' page pinning would: memory the program cannot read, or
+  // cannot write when writes are asked for, is refused (copying it below
+  // would fault, or remapping it would make it writable).
+  const std::vector<Span> spans = mappings(start, end);
+  if (spans.empty()) {
+    complain("cannot register memory that is not mapped");
+    delete m;
+    errno = EFAULT;
+    return nullptr;
+  }
+  const bool writes = access & (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  for (const Span& sp : spans)
+    if (!(sp.prot & PROT_READ) || (writes && !(sp.prot & PROT_WRITE))) {
+      complain(!(sp.prot & PROT_READ) ? "cannot register memory the program cannot read"
+                                      : "cannot register read-only memory for local or remote writes");
+      delete m;
+      errno = EFAULT;
+      return nullptr;
+    }
   Segment* seg = nullptr;
   for (Segment& s : segments)
     if (s.start <= start && end <= s.end) seg = &s;
@@ -262,13 +312,6 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
   if (!seg) {
     // The NIC must see the program's own pages with no copy per packet:
     // move them onto a memfd both sides map, at the same address here.
-    std::vector<unsigned char> resident((end - start) / page);
-    if (mincore(reinterpret_cast<void*>(start), end - start, resident.data()) != 0) {
-      complain("cannot register memory that is not mapped");
-      delete m;
-      errno = EFAULT;
-      return nullptr;
-    }
     void* shadow = nullptr;
     fd = make_shared_memory("mrc-mr", end - start, shadow);
     if (fd < 0) {
@@ -285,6 +328,9 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
       errno = e;
       return nullptr;
     }
+    // The program keeps the protections it had (read-only, executable).
+    for (const Span& sp : spans)
+      if (sp.prot != (PROT_READ | PROT_WRITE)) mprotect(reinterpret_cast<void*>(sp.lo), sp.hi - sp.lo, sp.prot);
     // As ibv_fork_init would: a child must not share the NIC's view of
     // these pages (MAP_SHARED would otherwise pass them on).
     madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTFORK);

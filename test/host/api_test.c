@@ -976,6 +976,60 @@ static void test_reg_mr_sizes(void)
 	munmap(p, 4096);
 }
 
+/*
+ * As verbs' page pinning: memory the program cannot read, or cannot write
+ * when writes are asked for, is refused with EFAULT; read-only memory
+ * registered for reads only keeps its contents and stays read-only.
+ */
+static void test_reg_mr_protections(void)
+{
+	uint8_t *none = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *ro = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+	char line[512];
+	unsigned long lo, hi;
+	char perms[5] = "";
+	FILE *f;
+
+	if (none == MAP_FAILED || ro == MAP_FAILED) {
+		report(0, "reg_mr protections: buffers", "mmap failed");
+		return;
+	}
+	errno = 0;
+	mr = ibv_reg_mr(A.pd, none, 8192, IBV_ACCESS_LOCAL_WRITE);
+	report(!mr && errno == EFAULT, "ibv_reg_mr of PROT_NONE memory is refused (EFAULT)",
+	       "mr %p, errno %d", (void *)mr, errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+
+	memset(ro, 0x3c, 8192);
+	mprotect(ro, 8192, PROT_READ);
+	errno = 0;
+	mr = ibv_reg_mr(A.pd, ro, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	report(!mr && errno == EFAULT, "ibv_reg_mr of read-only memory for writes is refused (EFAULT)",
+	       "mr %p, errno %d", (void *)mr, errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+
+	mr = ibv_reg_mr(A.pd, ro, 8192, 0);
+	report(mr != NULL, "ibv_reg_mr of read-only memory for reads only", "errno %d", errno);
+	report(ro[0] == 0x3c && ro[8191] == 0x3c, "read-only memory keeps its contents when registered",
+	       "bytes 0x%02x 0x%02x", ro[0], ro[8191]);
+	f = fopen("/proc/self/maps", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && lo <= (uintptr_t)ro &&
+		    (uintptr_t)ro < hi)
+			break;
+	if (f)
+		fclose(f);
+	report(perms[0] == 'r' && perms[1] == '-', "read-only memory stays read-only when registered",
+	       "mapping is %s", perms);
+	if (mr)
+		ibv_dereg_mr(mr);
+	munmap(none, 8192);
+	munmap(ro, 8192);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1297,6 +1351,7 @@ int main(int argc, char **argv)
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
 
 	test_reg_mr_sizes();
+	test_reg_mr_protections();
 	test_allocators_and_isolation();
 	test_sq_accounting();
 	/* The responder's QP refuses remote writes when its access flags lack them. */
