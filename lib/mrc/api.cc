@@ -104,6 +104,10 @@ MRC_EXPORT mrc_context* mrc_create_context(ibv_context* vcontext, mrc_context_at
 
 MRC_EXPORT int mrc_destroy_context(mrc_context* m) {
   if (!m) return errno = EINVAL, -1;
+  if (m->users.load()) {
+    complain("destroy context: its channels, CQs, QPs and QP hints must be destroyed first");
+    return errno = EBUSY, -1;
+  }
   delete m;
   return 0;
 }
@@ -126,6 +130,7 @@ MRC_EXPORT int mrc_create_comp_channel(mrc_context* m, mrc_comp_channel** channe
   ch->mctx = m;
   ch->efd = sv[0];
   ch->nic_end = sv[1];
+  m->users.fetch_add(1);
   *channel = ch;
   return 0;
 }
@@ -144,6 +149,7 @@ MRC_EXPORT int mrc_destroy_comp_channel(mrc_comp_channel* ch) {
   }
   close(ch->efd);
   close(ch->nic_end);
+  ch->mctx->users.fetch_sub(1);
   delete ch;
   return 0;
 }
@@ -196,6 +202,7 @@ mrc_cq* mrc::lib::open_ring_cq(mrc_context* m, uint32_t depth, bool ev_events, v
     std::lock_guard<std::mutex> g(channel->mu);
     channel->cqs.push_back(cq);
   }
+  m->users.fetch_add(1);
   std::lock_guard<std::mutex> g(c.mu);
   c.cqs[cq->handle] = cq;
   return cq;
@@ -279,6 +286,7 @@ MRC_EXPORT int mrc_destroy_cq(mrc_cq* cq) {
     c.cqs.erase(cq->handle);
   }
   unmap(cq->mem, cq->mem_bytes);
+  cq->mctx->users.fetch_sub(1);
   delete cq;
   return 0;
 }
@@ -336,12 +344,14 @@ MRC_EXPORT mrc_qp_hint* mrc_create_qp_hint(mrc_context* m, mrc_qp_hint_init_attr
   h->mctx = m;
   h->attr = init->attr;
   h->users = 0;
+  m->users.fetch_add(1);
   return h;
 }
 
 MRC_EXPORT int mrc_destroy_qp_hint(mrc_qp_hint* h) {
   if (!h) return errno = EINVAL, -1;
   if (h->users.load()) return errno = EBUSY, -1;
+  h->mctx->users.fetch_sub(1);
   delete h;
   return 0;
 }
@@ -444,6 +454,7 @@ MRC_EXPORT mrc_qp* mrc_create_qp(mrc_context* m, mrc_qp_init_attr* ia) {
     std::lock_guard<std::mutex> g(c.qpn_mu);
     c.qp_by_qpn[q->qpn] = q;
   }
+  m->users.fetch_add(1);
   std::lock_guard<std::mutex> g(c.mu);
   c.qps[q->handle] = q;
   return q;
@@ -471,6 +482,7 @@ MRC_EXPORT int mrc_destroy_qp(mrc_qp* q) {
   }
   if (q->hint) q->hint->users.fetch_sub(1);
   unmap(q->mem, q->mem_bytes);
+  q->mctx->users.fetch_sub(1);
   delete q;
   return 0;
 }

@@ -117,6 +117,9 @@ struct mrc_context {
   mrc::lib::Context* ctx;
   uint32_t api_version;
   uint32_t vendor_api_version;
+  // Channels, CQs, QPs and hints created through it: each points back at
+  // it, so it outlives them.
+  std::atomic<uint32_t> users{0};
 };
 
 struct mrc_comp_channel {

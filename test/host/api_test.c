@@ -1030,6 +1030,57 @@ static void test_reg_mr_protections(void)
 	munmap(ro, 8192);
 }
 
+/*
+ * A context outlives what was created through it: destroying it first is
+ * refused (EBUSY), and the objects stay usable.
+ */
+static void test_context_in_use(void)
+{
+	struct mrc_context *m = mrc_create_context(A.ctx, NULL);
+	struct mrc_comp_channel *ch = NULL;
+	struct mrc_qp_hint_init_attr hia;
+	struct mrc_qp_hint *h;
+	struct mrc_cq *cq;
+	int rc;
+
+	if (api_ptr(m, "context in use: a second mrc_context"))
+		return;
+	cq = mrc_create_cq(m, 8, NULL, NULL, 0);
+	if (step_ptr(cq, "context in use", "mrc_create_cq")) {
+		mrc_destroy_context(m);
+		return;
+	}
+	errno = 0;
+	rc = mrc_destroy_context(m);
+	report(rc == -1 && errno == EBUSY, "mrc_destroy_context with a live CQ is refused (EBUSY)",
+	       "rc %d, errno %d", rc, errno);
+	if (rc == 0)
+		return;	/* the CQ now points at freed memory */
+	api(mrc_destroy_cq(cq), "context in use: mrc_destroy_cq after the refusal");
+
+	memset(&hia, 0, sizeof(hia));
+	h = mrc_create_qp_hint(m, &hia);
+	if (h) {
+		errno = 0;
+		rc = mrc_destroy_context(m);
+		report(rc == -1 && errno == EBUSY, "mrc_destroy_context with a live QP hint is refused (EBUSY)",
+		       "rc %d, errno %d", rc, errno);
+		if (rc == 0)
+			return;
+		mrc_destroy_qp_hint(h);
+	}
+	if (mrc_create_comp_channel(m, &ch) == 0) {
+		errno = 0;
+		rc = mrc_destroy_context(m);
+		report(rc == -1 && errno == EBUSY, "mrc_destroy_context with a live channel is refused (EBUSY)",
+		       "rc %d, errno %d", rc, errno);
+		if (rc == 0)
+			return;
+		mrc_destroy_comp_channel(ch);
+	}
+	api(mrc_destroy_context(m), "context in use: mrc_destroy_context once its objects are gone");
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1351,6 +1402,7 @@ int main(int argc, char **argv)
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
 
 	test_reg_mr_sizes();
+	test_context_in_use();
 	test_reg_mr_protections();
 	test_allocators_and_isolation();
 	test_sq_accounting();

@@ -111,7 +111,8 @@ struct mrc_context_attr {
 struct mrc_context *mrc_create_context(struct ibv_context *vcontext,
 				       struct mrc_context_attr *context_attr);
 
-/* Release a context. */
+/* Release a context. EBUSY while channels, CQs, QPs or QP hints created
+ * through it remain. */
 int mrc_destroy_context(struct mrc_context *mrc_ctx);
 
 /* Completion channels, as ibv_create/destroy_comp_channel(). The fd can be
