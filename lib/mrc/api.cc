@@ -1,6 +1,7 @@
 // The OCP MRC application API (mrc.h) on mrc-nic devices. Setup goes over
 // the device's control socket; posting and polling only touch the rings in
 // shared memory (no system call on the fast path).
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -303,12 +304,28 @@ MRC_EXPORT int mrc_req_notify_cq(mrc_cq* cq, int solicited_only) {
 
 MRC_EXPORT int mrc_get_cq_event(mrc_comp_channel* ch, mrc_cq** cq_out, void** cq_context) {
   if (!ch || !cq_out || !cq_context) return errno = EINVAL, -1;
+  const int ctl_fd = ch->mctx->ctx->fd;
   for (;;) {
     char v;
-    // Honours O_NONBLOCK on the channel's fd (EAGAIN), as verbs channels do.
-    if (recv(ch->efd, &v, 1, 0) < 0) {
+    if (recv(ch->efd, &v, 1, MSG_DONTWAIT) < 0) {
       if (errno == EINTR) continue;
-      return -1;
+      if (errno != EAGAIN) return -1;
+      // Nothing waiting. Our own end of the channel's socket keeps it open
+      // forever, so a NIC that died would never wake a blocking read: wait
+      // on the control connection's hang-up too. O_NONBLOCK on the
+      // channel's fd is honoured (EAGAIN), as verbs channels do.
+      const int flags = fcntl(ch->efd, F_GETFL);
+      pollfd p[2] = {{ch->efd, POLLIN, 0}, {ctl_fd, 0, 0}};
+      if (poll(p, 2, flags >= 0 && (flags & O_NONBLOCK) ? 0 : -1) < 0) {
+        if (errno == EINTR) continue;
+        return -1;
+      }
+      if (p[0].revents) continue;
+      if (p[1].revents & (POLLHUP | POLLERR)) {
+        complain("get CQ event: the device went away");
+        return errno = EIO, -1;
+      }
+      return errno = EAGAIN, -1;
     }
     std::lock_guard<std::mutex> g(ch->mu);
     for (mrc_cq* cq : ch->cqs) {

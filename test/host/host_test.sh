@@ -11,6 +11,8 @@
 #             well-behaved client run after it passes untouched
 #   sigkill   an mrc-perf client killed with SIGKILL mid-transfer has its
 #             QPs, CQs and MRs reclaimed; the device keeps serving
+#   nic-death test/host/death_test.c: the NIC is killed under a client; a
+#             blocked mrc_get_cq_event and later calls fail promptly (EIO)
 #   perf      mrc-perf sweeps 1 B .. 4 MiB (WRITE, then WRITE_IMM) with
 #             integrity checks, and a latency sweep
 #   ctl       test/host/ctl_test.c, a C controller on mrc_ctl.h built against
@@ -168,6 +170,20 @@ case $case_name in
     # The server lost its peer; the device keeps serving new clients.
     build_api_test
     run_api_test after-kill
+    ;;
+  nic-death)
+    install_sdk
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$sdk" -o "$work/death_test" \
+      "$src/test/host/death_test.c" -L"$sdk" -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" -libverbs -lpthread ||
+      fail "death_test.c does not build against the installed SDK"
+    start_nic
+    nicpid=$(pgrep -P "${pids[-1]}" | head -n 1)
+    [ -n "$nicpid" ] || fail "no mrc-nic process under ${pids[-1]}"
+    MRC_QUIET=1 timeout 60 "$work/death_test" mrc0 "$nicpid" >"$work/death.txt" 2>&1 || {
+      grep -v '^ok' "$work/death.txt" >&2
+      fail "death_test"
+    }
+    tail -1 "$work/death.txt"
     ;;
   perf)
     perf=$build/app/mrc-perf

@@ -316,7 +316,8 @@ void mrc_ack_async_event(struct mrc_async_event *event);
 /*
  * CQ notification, as ibv_req_notify_cq()/ibv_get_cq_event()/
  * ibv_ack_cq_events(). Each event fetched must be acked (acks may be
- * batched); mrc_destroy_cq() waits for outstanding acks.
+ * batched); mrc_destroy_cq() waits for outstanding acks. A blocked
+ * mrc_get_cq_event() fails with EIO if the device goes away.
  */
 int mrc_req_notify_cq(struct mrc_cq *cq,
 		      int solicited_only);
