@@ -276,8 +276,7 @@ MRC_EXPORT int mrc_destroy_cq(mrc_cq* cq) {
   abi::Request rq{};
   rq.op = abi::Op::destroy_cq;
   rq.handle = cq->handle;
-  abi::Response rs{};
-  if (int e = c.call(rq, rs); e) return errno = e, -1;
+  if (int e = c.release(rq); e) return errno = e, -1;
   if (cq->channel) {
     std::lock_guard<std::mutex> g(cq->channel->mu);
     std::erase(cq->channel->cqs, cq);
@@ -483,8 +482,7 @@ MRC_EXPORT int mrc_destroy_qp(mrc_qp* q) {
   abi::Request rq{};
   rq.op = abi::Op::destroy_qp;
   rq.handle = q->handle;
-  abi::Response rs{};
-  if (int e = c.call(rq, rs); e) return errno = e, e;
+  if (int e = c.release(rq); e) return errno = e, e;
   {
     std::lock_guard<std::mutex> g(c.mu);
     c.qps.erase(q->handle);

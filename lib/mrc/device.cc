@@ -206,6 +206,7 @@ int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds,
   rq.payload_len = uint32_t(payload.size());
   if (!send_request(fd, rq, fds, nfds, payload)) {
     complain(std::string("device ") + device->dev.name + " went away");
+    gone = true;
     return EIO;
   }
   rx.resize(sizeof rs + abi::kMaxPayload);
@@ -214,6 +215,7 @@ int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds,
   while (n < 0 && errno == EINTR);
   if (n < ssize_t(sizeof rs)) {
     complain(std::string("device ") + device->dev.name + " went away");
+    gone = true;
     return EIO;
   }
   std::memcpy(&rs, rx.data(), sizeof rs);
@@ -224,6 +226,12 @@ int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds,
     complain(std::string(device->dev.name) + ": " + rs.message);
   }
   return rs.err;
+}
+
+int Context::release(abi::Request& rq) {
+  abi::Response rs{};
+  const int e = call(rq, rs);
+  return e && gone ? 0 : e;
 }
 
 int make_shared_memory(const char* name, size_t bytes, void*& p) {
@@ -377,8 +385,7 @@ int Context::dereg_mr(Mr* m) {
   abi::Request rq{};
   rq.op = abi::Op::dereg_mr;
   rq.handle = m->handle;
-  abi::Response rs{};
-  if (int e = call(rq, rs); e) return fail(e);
+  if (int e = release(rq); e) return fail(e);
   std::lock_guard<std::mutex> g(mu);
   for (size_t i = 0; i < segments.size(); ++i)
     if (segments[i].id == m->segment && --segments[i].refs == 0) {

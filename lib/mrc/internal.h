@@ -86,6 +86,11 @@ class Context {
   // One request and its response; returns 0 or an errno value (and says why).
   int call(abi::Request& rq, abi::Response& rs, const int* fds = nullptr, int nfds = 0,
            std::span<const uint8_t> payload = {}, std::vector<uint8_t>* reply = nullptr);
+  // For destroy requests: 0 also when the device has gone away, since a
+  // dead NIC holds nothing of ours and the program must still free its
+  // side of the object.
+  int release(abi::Request& rq);
+  std::atomic<bool> gone{false};  // the control connection broke
 
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);

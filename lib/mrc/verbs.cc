@@ -327,8 +327,7 @@ MRC_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
     abi::Request rq{};
     rq.op = abi::Op::dealloc_pd;
     rq.handle = p->handle;
-    abi::Response rs{};
-    if (int e = Context::from(pd->context)->call(rq, rs); e) return fail(e);
+    if (int e = Context::from(pd->context)->release(rq); e) return fail(e);
     delete p;
     return 0;
   }
