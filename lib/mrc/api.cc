@@ -273,6 +273,12 @@ MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
 MRC_EXPORT int mrc_destroy_cq(mrc_cq* cq) {
   if (!cq) return errno = EINVAL, -1;
   Context& c = *cq->mctx->ctx;
+  {
+    // As mrc.h and verbs promise: an event handed out may still be acked
+    // by another thread, which must not touch a freed CQ.
+    std::unique_lock<std::mutex> g(cq->ack_mu);
+    cq->ack_cv.wait(g, [cq] { return int32_t(cq->events_delivered.load() - cq->events_acked.load()) <= 0; });
+  }
   abi::Request rq{};
   rq.op = abi::Op::destroy_cq;
   rq.handle = cq->handle;
@@ -341,7 +347,10 @@ MRC_EXPORT int mrc_get_cq_event(mrc_comp_channel* ch, mrc_cq** cq_out, void** cq
 }
 
 MRC_EXPORT void mrc_ack_cq_events(mrc_cq* cq, unsigned int nevents) {
-  if (cq) cq->events_acked.fetch_add(nevents, std::memory_order_relaxed);
+  if (!cq) return;
+  std::lock_guard<std::mutex> g(cq->ack_mu);
+  cq->events_acked.fetch_add(nevents, std::memory_order_relaxed);
+  cq->ack_cv.notify_all();
 }
 
 // ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -150,6 +151,8 @@ struct mrc_cq {
   mrc_comp_channel* channel;
   std::atomic<uint32_t> events_delivered;
   std::atomic<uint32_t> events_acked;
+  std::mutex ack_mu;  // with ack_cv: mrc_destroy_cq waits for acks
+  std::condition_variable ack_cv;
   std::atomic_flag lock = ATOMIC_FLAG_INIT;
   bool ev_events = false;  // an mrc_ctl EV event CQ
   mrc_qp* last_qp = nullptr;  // the QP of the last send completion (most CQs serve one)

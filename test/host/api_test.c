@@ -23,6 +23,7 @@
 #include <malloc.h>
 #include <sys/mman.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -663,6 +664,74 @@ static void test_blocking(struct pair *p, struct mrc_comp_channel *ch,
 	report(1, "mrc_ack_cq_events", "%s", "");
 	expect_send_wc(p, 0x1005, "completion behind the event");
 	check_bytes(B.buf + off, A.buf + off, len, "write behind the event placed");
+}
+
+static struct mrc_cq *late_ack_cq;
+static volatile int late_acked;
+
+static void *ack_late(void *arg)
+{
+	(void)arg;
+	usleep(300 * 1000);
+	__atomic_store_n(&late_acked, 1, __ATOMIC_RELEASE);
+	mrc_ack_cq_events(late_ack_cq, 1);
+	return NULL;
+}
+
+/*
+ * mrc_destroy_cq() waits for the event it handed out to be acked, here by
+ * another thread, before it frees the CQ.
+ */
+static void test_destroy_waits_for_ack(void)
+{
+	struct mrc_comp_channel *ch = NULL;
+	struct mrc_cq *cqa = NULL, *cqb = NULL, *ev_cq = NULL;
+	struct pollfd pfd;
+	struct pair p;
+	pthread_t t;
+	void *ev_ctx;
+	int fd = -1, rc;
+
+	memset(&p, 0, sizeof(p));
+	if (step(mrc_create_comp_channel(A.mctx, &ch), "ack wait", "mrc_create_comp_channel"))
+		return;
+	cqa = mrc_create_cq(A.mctx, 2 * SQ_DEPTH, NULL, ch, 0);
+	cqb = mrc_create_cq(B.mctx, 2 * RQ_DEPTH, NULL, NULL, 0);
+	if (step_ptr(cqa, "ack wait", "mrc_create_cq A") || step_ptr(cqb, "ack wait", "mrc_create_cq B") ||
+	    make_pair(&p, "ack wait", cqa, cqb, 0))
+		goto out;
+	mrc_get_comp_channel_fd(ch, &fd);
+	if (step(mrc_req_notify_cq(cqa, 0), "ack wait", "mrc_req_notify_cq") ||
+	    step(post_write(p.qa, 0x1A01, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0),
+		 "ack wait", "mrc_post_send"))
+		goto out;
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, TIMEOUT_MS) != 1 || mrc_get_cq_event(ch, &ev_cq, &ev_ctx) || ev_cq != cqa) {
+		report(0, "ack wait: an event on the channel", "errno %d", errno);
+		goto out;
+	}
+	expect_send_wc(&p, 0x1A01, "ack wait: the completion behind the event");
+	destroy_pair(&p);
+	late_ack_cq = cqa;
+	if (pthread_create(&t, NULL, ack_late, NULL)) {
+		mrc_ack_cq_events(cqa, 1);
+		goto out;
+	}
+	rc = mrc_destroy_cq(cqa);
+	report(rc == 0 && __atomic_load_n(&late_acked, __ATOMIC_ACQUIRE),
+	       "mrc_destroy_cq waits for an outstanding event to be acked",
+	       "returned %d %s the ack", rc, late_acked ? "after" : "before");
+	cqa = NULL;
+	pthread_join(t, NULL);
+out:
+	destroy_pair(&p);
+	if (cqa)
+		mrc_destroy_cq(cqa);
+	if (cqb)
+		mrc_destroy_cq(cqb);
+	if (ch)
+		mrc_destroy_comp_channel(ch);
 }
 
 static void test_query(struct pair *p)
@@ -1401,6 +1470,7 @@ int main(int argc, char **argv)
 	negative("local length past the region", A_ADDR(SRC_LEN - 32), 64, A.mr->lkey,
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
 
+	test_destroy_waits_for_ack();
 	test_reg_mr_sizes();
 	test_context_in_use();
 	test_reg_mr_protections();
