@@ -240,11 +240,11 @@ static void retire_sq(mrc_cq& cq, uint32_t qpn, uint32_t wqe_index) {
 }
 
 MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
-  if (!cq || cq->ev_events || num_entries < 0 || (num_entries && !wc)) return -1;
+  if (!cq || cq->ev_events || num_entries < 0 || (num_entries && !wc)) return errno = EINVAL, -1;
   SpinGuard g(cq->lock);
   const uint32_t prod = abi::load_acquire(cq->hdr->prod);
   uint32_t n = prod - cq->cons;
-  if (n > cq->depth) return -1;  // cannot happen unless the device is broken
+  if (n > cq->depth) return errno = EIO, -1;  // cannot happen unless the device is broken
   if (n > uint32_t(num_entries)) n = uint32_t(num_entries);
   for (uint32_t i = 0; i < n; ++i) {
     const abi::Cqe& e = cq->ring[(cq->cons + i) & (cq->depth - 1)];
@@ -265,7 +265,7 @@ MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
     cq->cons += n;
     abi::store_release(cq->hdr->cons, cq->cons);
   } else if (abi::load_acquire(cq->hdr->error)) {
-    return -1;  // overrun: the device reported IBV_EVENT_CQ_ERR too
+    return errno = EOVERFLOW, -1;  // overrun: the device reported IBV_EVENT_CQ_ERR too
   }
   return int(n);
 }

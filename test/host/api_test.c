@@ -666,6 +666,26 @@ static void test_blocking(struct pair *p, struct mrc_comp_channel *ch,
 	check_bytes(B.buf + off, A.buf + off, len, "write behind the event placed");
 }
 
+/* Bad arguments to mrc_poll_cq() fail with -1 and errno EINVAL (mrc.h). */
+static void test_poll_cq_args(struct mrc_cq *cq)
+{
+	struct ibv_wc wc;
+	int rc;
+
+	errno = 0;
+	rc = mrc_poll_cq(cq, -1, &wc);
+	report(rc == -1 && errno == EINVAL, "mrc_poll_cq with a negative count fails with EINVAL",
+	       "returned %d, errno %d", rc, errno);
+	errno = 0;
+	rc = mrc_poll_cq(cq, 1, NULL);
+	report(rc == -1 && errno == EINVAL, "mrc_poll_cq without an array fails with EINVAL",
+	       "returned %d, errno %d", rc, errno);
+	errno = 0;
+	rc = mrc_poll_cq(NULL, 1, &wc);
+	report(rc == -1 && errno == EINVAL, "mrc_poll_cq of a NULL CQ fails with EINVAL",
+	       "returned %d, errno %d", rc, errno);
+}
+
 static struct mrc_cq *late_ack_cq;
 static volatile int late_acked;
 
@@ -1470,6 +1490,7 @@ int main(int argc, char **argv)
 	negative("local length past the region", A_ADDR(SRC_LEN - 32), 64, A.mr->lkey,
 		 B_ADDR(0), B.mr->rkey, IBV_WC_LOC_PROT_ERR, 1, NULL, 0);
 
+	test_poll_cq_args(cqb);
 	test_destroy_waits_for_ack();
 	test_reg_mr_sizes();
 	test_context_in_use();
