@@ -78,6 +78,7 @@ bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds, std:
 struct Span {
   uintptr_t lo, hi;
   int prot;
+  bool ours;  // a registration's memfd
 };
 std::vector<Span> mappings(uintptr_t start, uintptr_t end) {
   std::vector<Span> out;
@@ -94,13 +95,37 @@ std::vector<Span> mappings(uintptr_t start, uintptr_t end) {
     if (lo > at) break;  // a hole
     const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
                      (perms[2] == 'x' ? PROT_EXEC : 0);
-    out.push_back({at, std::min<uintptr_t>(hi, end), prot});
+    out.push_back({at, std::min<uintptr_t>(hi, end), prot, std::strstr(line, "/memfd:mrc-mr ") != nullptr});
     at = hi;
   }
   std::free(line);
   std::fclose(f);
   if (at < end) out.clear();
   return out;
+}
+
+// After the last deregistration over them, puts the program's private
+// pages back under [start, end), contents and protections kept: the memfd
+// is MADV_DONTFORK (a forked child would fault on them) and MAP_SHARED (no
+// child may share them either). Left alone unless every page is still the
+// registration's memfd and readable.
+void restore_private(uintptr_t start, uintptr_t end) {
+  const std::vector<Span> spans = mappings(start, end);
+  if (spans.empty()) return;
+  for (const Span& sp : spans)
+    if (!sp.ours || !(sp.prot & PROT_READ)) return;
+  const size_t len = end - start;
+  void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp == MAP_FAILED) return;  // the memfd pages stay: correct, only not forkable
+  std::memcpy(tmp, reinterpret_cast<void*>(start), len);
+  // One step, so no thread of the program ever finds the range unmapped;
+  // protections after it (older kernels move only a single mapping).
+  if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(start)) == MAP_FAILED) {
+    munmap(tmp, len);
+    return;
+  }
+  for (const Span& sp : spans)
+    if (sp.prot != (PROT_READ | PROT_WRITE)) mprotect(reinterpret_cast<void*>(sp.lo), sp.hi - sp.lo, sp.prot);
 }
 
 }  // namespace
@@ -389,8 +414,7 @@ int Context::dereg_mr(Mr* m) {
   std::lock_guard<std::mutex> g(mu);
   for (size_t i = 0; i < segments.size(); ++i)
     if (segments[i].id == m->segment && --segments[i].refs == 0) {
-      // The pages stay memfd-backed (the program's data is intact); only
-      // the bookkeeping goes.
+      restore_private(segments[i].start, segments[i].end);
       segments.erase(segments.begin() + long(i));
       break;
     }

@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1170,6 +1171,44 @@ static void test_context_in_use(void)
 	api(mrc_destroy_context(m), "context in use: mrc_destroy_context once its objects are gone");
 }
 
+/*
+ * Once deregistered, memory is the program's own again: a forked child
+ * can read and write it (and its writes stay in the child).
+ */
+static void test_fork_after_dereg(void)
+{
+	uint8_t *b = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+	pid_t child;
+	int st = 0;
+
+	if (b == MAP_FAILED) {
+		report(0, "fork after dereg: buffer", "mmap failed");
+		return;
+	}
+	memset(b, 0x42, 8192);
+	mr = ibv_reg_mr(A.pd, b, 8192, IBV_ACCESS_LOCAL_WRITE);
+	if (step_ptr(mr, "fork after dereg", "ibv_reg_mr") || step(ibv_dereg_mr(mr), "fork after dereg", "ibv_dereg_mr")) {
+		munmap(b, 8192);
+		return;
+	}
+	fflush(stdout);
+	child = fork();
+	if (child == 0) {
+		int ok = b[0] == 0x42 && b[8191] == 0x42;
+
+		b[0] = 0x17;
+		_exit(ok ? 0 : 3);
+	}
+	if (child > 0)
+		waitpid(child, &st, 0);
+	report(child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	       "a forked child reads and writes a deregistered region",
+	       "child %s %d", WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	report(b[0] == 0x42, "the child's write stays in the child", "parent sees 0x%02x", b[0]);
+	munmap(b, 8192);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1493,6 +1532,7 @@ int main(int argc, char **argv)
 	test_poll_cq_args(cqb);
 	test_destroy_waits_for_ack();
 	test_reg_mr_sizes();
+	test_fork_after_dereg();
 	test_context_in_use();
 	test_reg_mr_protections();
 	test_allocators_and_isolation();
