@@ -99,7 +99,10 @@ MRC_EXPORT mrc_context* mrc_create_context(ibv_context* vcontext, mrc_context_at
     return nullptr;
   }
   auto* m = new (std::nothrow) mrc_context{c, ver, vendor};
-  if (!m) errno = ENOMEM;
+  if (!m)
+    errno = ENOMEM;
+  else
+    c->users.fetch_add(1);
   return m;
 }
 
@@ -109,6 +112,7 @@ MRC_EXPORT int mrc_destroy_context(mrc_context* m) {
     complain("destroy context: its channels, CQs, QPs and QP hints must be destroyed first");
     return errno = EBUSY, -1;
   }
+  m->ctx->users.fetch_sub(1);
   delete m;
   return 0;
 }

@@ -92,6 +92,7 @@ class Context {
   // side of the object.
   int release(abi::Request& rq);
   std::atomic<bool> gone{false};  // the control connection broke
+  std::atomic<uint32_t> users{0};  // PDs and mrc_contexts: each points back at us
 
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);

@@ -227,6 +227,10 @@ MRC_EXPORT ibv_context* ibv_open_device(ibv_device* dev) {
 
 MRC_EXPORT int ibv_close_device(ibv_context* ctx) {
   if (Context* c = Context::from(ctx)) {
+    if (c->users.load()) {
+      complain("close device: its protection domains and MRC contexts must be freed first");
+      return fail(EBUSY);
+    }
     delete c;
     return 0;
   }
@@ -312,6 +316,7 @@ MRC_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
     pd->pd.context = ctx;
     pd->pd.handle = rs.handle;
     pd->handle = rs.handle;
+    c->users.fetch_add(1);
     return &pd->pd;
   }
   auto f = real<ibv_pd* (*)(ibv_context*)>("ibv_alloc_pd");
@@ -327,7 +332,9 @@ MRC_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
     abi::Request rq{};
     rq.op = abi::Op::dealloc_pd;
     rq.handle = p->handle;
-    if (int e = Context::from(pd->context)->release(rq); e) return fail(e);
+    Context* c = Context::from(pd->context);
+    if (int e = c->release(rq); e) return fail(e);
+    c->users.fetch_sub(1);
     delete p;
     return 0;
   }

@@ -1209,6 +1209,49 @@ static void test_fork_after_dereg(void)
 	munmap(b, 8192);
 }
 
+/*
+ * A device context outlives its PDs and MRC contexts: closing it first is
+ * refused (EBUSY), and they stay usable.
+ */
+static void test_close_device_in_use(void)
+{
+	struct ibv_context *ctx = ibv_open_device(A.dev);
+	struct mrc_context *m = NULL;
+	struct ibv_pd *pd = NULL;
+	int rc;
+
+	if (api_ptr(ctx, "device in use: a second ibv_context"))
+		return;
+	pd = ibv_alloc_pd(ctx);
+	if (step_ptr(pd, "device in use", "ibv_alloc_pd"))
+		goto out;
+	errno = 0;
+	rc = ibv_close_device(ctx);
+	report(rc != 0 && errno == EBUSY, "ibv_close_device with a live PD is refused (EBUSY)",
+	       "returned %d, errno %d", rc, errno);
+	if (rc == 0)
+		return;	/* the PD now points at freed memory */
+	api(ibv_dealloc_pd(pd), "device in use: ibv_dealloc_pd after the refusal");
+	pd = NULL;
+	m = mrc_create_context(ctx, NULL);
+	if (step_ptr(m, "device in use", "mrc_create_context"))
+		goto out;
+	errno = 0;
+	rc = ibv_close_device(ctx);
+	report(rc != 0 && errno == EBUSY, "ibv_close_device with a live mrc_context is refused (EBUSY)",
+	       "returned %d, errno %d", rc, errno);
+	if (rc == 0)
+		return;
+	api(mrc_destroy_context(m), "device in use: mrc_destroy_context after the refusal");
+	m = NULL;
+out:
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (m)
+		mrc_destroy_context(m);
+	api(ibv_close_device(ctx), "device in use: ibv_close_device once its objects are gone");
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1531,6 +1574,7 @@ int main(int argc, char **argv)
 
 	test_poll_cq_args(cqb);
 	test_destroy_waits_for_ack();
+	test_close_device_in_use();
 	test_reg_mr_sizes();
 	test_fork_after_dereg();
 	test_context_in_use();
