@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -197,6 +198,11 @@ Context* Context::open(Device* d) {
     return nullptr;
   }
   c->info = rs.device;
+  // Rings are powers of two, so a device limit of, say, 1000 WRs allows 512:
+  // reported and checked as such, a request within it is always granted.
+  c->info.max_sq_depth = std::bit_floor(c->info.max_sq_depth);
+  c->info.max_rq_depth = std::bit_floor(c->info.max_rq_depth);
+  c->info.max_cq_depth = std::bit_floor(c->info.max_cq_depth);
   // The second connection carries async events; the token ties it to us.
   c->events_fd = connect_to(d->socket_path);
   if (c->events_fd >= 0) {

@@ -1252,6 +1252,34 @@ out:
 	api(ibv_close_device(ctx), "device in use: ibv_close_device once its objects are gone");
 }
 
+/* A QP as deep as ibv_query_device() says the device allows is granted. */
+static void test_max_qp_wr(void)
+{
+	struct ibv_device_attr da;
+	struct mrc_qp_init_attr ia;
+	struct mrc_cq *cq;
+	struct mrc_qp *qp;
+
+	if (step(ibv_query_device(A.ctx, &da), "max_qp_wr", "ibv_query_device"))
+		return;
+	cq = mrc_create_cq(A.mctx, da.max_cqe, NULL, NULL, 0);
+	report(cq != NULL, "a CQ of max_cqe entries is granted", "max_cqe %d, errno %d", da.max_cqe, errno);
+	if (!cq)
+		return;
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = ia.recv_cq = cq;
+	ia.pd = A.pd;
+	ia.cap.max_send_wr = (uint32_t)da.max_qp_wr;
+	ia.cap.max_recv_wr = 1;
+	ia.cap.max_send_sge = 1;
+	qp = mrc_create_qp(A.mctx, &ia);
+	report(qp && ia.cap.max_send_wr >= (uint32_t)da.max_qp_wr, "a QP of max_qp_wr send WRs is granted",
+	       "max_qp_wr %d: qp %p, errno %d, granted %u", da.max_qp_wr, (void *)qp, errno, ia.cap.max_send_wr);
+	if (qp)
+		mrc_destroy_qp(qp);
+	mrc_destroy_cq(cq);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1575,6 +1603,7 @@ int main(int argc, char **argv)
 	test_poll_cq_args(cqb);
 	test_destroy_waits_for_ack();
 	test_close_device_in_use();
+	test_max_qp_wr();
 	test_reg_mr_sizes();
 	test_fork_after_dereg();
 	test_context_in_use();

@@ -4,7 +4,8 @@
 # CASE:
 #   api       test/host/api_test.c, compiled as C against only the installed
 #             mrc.h, mrc_ctl.h, lib_mrc.so and -libverbs (the OCP examples'
-#             way), passes its checks between two devices
+#             way), passes its checks between two devices, then again on
+#             devices whose queue limits are not powers of two
 #   layout    the installed headers match the published API's layouts
 #   hostile   a client breaking the ABI (bad requests, unsealed memory,
 #             garbage ring indices) is refused and counted, and a
@@ -111,6 +112,18 @@ case $case_name in
     build_api_test
     start_nic
     run_api_test first
+    # Queue limits that are not powers of two: what the device reports is
+    # still granted.
+    old=$(pgrep -P "${pids[-1]}" || true)
+    cleanup
+    for _ in $(seq 100); do
+      [ -n "$old" ] && kill -0 "$old" 2>/dev/null || break
+      sleep 0.1
+    done
+    wait "${pids[@]}" 2>/dev/null || true
+    pids=()
+    start_nic --sq-depth 1000 --rq-depth 100
+    run_api_test odd-depths
     ;;
   layout)
     install_sdk
