@@ -390,6 +390,7 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
   if (fd >= 0) close(fd);
   g.lock();
   if (err) {
+    if (!seg) restore_private(fresh.start, fresh.end);  // as if never registered
     delete m;
     errno = err;
     return nullptr;

@@ -1175,12 +1175,33 @@ static void test_context_in_use(void)
  * Once deregistered, memory is the program's own again: a forked child
  * can read and write it (and its writes stay in the child).
  */
+static void fork_and_touch(uint8_t *b, const char *what)
+{
+	char msg[200];
+	pid_t child;
+	int st = 0;
+
+	fflush(stdout);
+	child = fork();
+	if (child == 0) {
+		int ok = b[0] == 0x42 && b[8191] == 0x42;
+
+		b[0] = 0x17;
+		_exit(ok ? 0 : 3);
+	}
+	if (child > 0)
+		waitpid(child, &st, 0);
+	snprintf(msg, sizeof(msg), "a forked child reads and writes %s", what);
+	report(child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0, msg,
+	       "child %s %d", WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	snprintf(msg, sizeof(msg), "the child's write to %s stays in the child", what);
+	report(b[0] == 0x42, msg, "parent sees 0x%02x", b[0]);
+}
+
 static void test_fork_after_dereg(void)
 {
 	uint8_t *b = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	struct ibv_mr *mr;
-	pid_t child;
-	int st = 0;
 
 	if (b == MAP_FAILED) {
 		report(0, "fork after dereg: buffer", "mmap failed");
@@ -1192,20 +1213,13 @@ static void test_fork_after_dereg(void)
 		munmap(b, 8192);
 		return;
 	}
-	fflush(stdout);
-	child = fork();
-	if (child == 0) {
-		int ok = b[0] == 0x42 && b[8191] == 0x42;
-
-		b[0] = 0x17;
-		_exit(ok ? 0 : 3);
-	}
-	if (child > 0)
-		waitpid(child, &st, 0);
-	report(child > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
-	       "a forked child reads and writes a deregistered region",
-	       "child %s %d", WIFSIGNALED(st) ? "killed by signal" : "exited", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
-	report(b[0] == 0x42, "the child's write stays in the child", "parent sees 0x%02x", b[0]);
+	fork_and_touch(b, "a deregistered region");
+	/* The device refuses remote write without local write. */
+	mr = ibv_reg_mr(A.pd, b, 8192, IBV_ACCESS_REMOTE_WRITE);
+	report(mr == NULL, "ibv_reg_mr with remote but not local write is refused", "mr %p", (void *)mr);
+	if (mr)
+		ibv_dereg_mr(mr);
+	fork_and_touch(b, "memory whose registration was refused");
 	munmap(b, 8192);
 }
 
