@@ -228,8 +228,9 @@ MRC_EXPORT mrc_cq* mrc_create_cq(mrc_context* m, int cqe, void* cq_context, mrc_
   return open_ring_cq(m, pow2_at_least(uint32_t(cqe)), false, cq_context, channel);
 }
 
-// A polled send completion frees its SQ slot and every earlier one.
-static void retire_sq(mrc_cq& cq, uint32_t qpn, uint32_t wqe_index) {
+// A polled send completion (at ring position pos) frees its SQ slot and
+// every earlier one.
+static void retire_sq(mrc_cq& cq, uint32_t qpn, uint32_t wqe_index, uint32_t pos) {
   mrc_qp* q = cq.last_qp;
   if (!q || q->qpn != qpn) {
     Context& c = *cq.mctx->ctx;
@@ -237,7 +238,9 @@ static void retire_sq(mrc_cq& cq, uint32_t qpn, uint32_t wqe_index) {
     auto it = c.qp_by_qpn.find(qpn);
     q = cq.last_qp = it == c.qp_by_qpn.end() ? nullptr : it->second;
   }
-  if (!q) return;
+  // QPNs are reused at once: a destroyed QP's completions left in the CQ
+  // must not free a new QP's slots.
+  if (!q || q->init.send_cq != &cq || int32_t(pos - q->scq_start) < 0) return;
   const uint32_t done = q->sq_done.load(std::memory_order_relaxed);
   const uint32_t next = wqe_index + 1;
   if (next - done <= q->sq_depth) q->sq_done.store(next, std::memory_order_release);
@@ -263,7 +266,7 @@ MRC_EXPORT int mrc_poll_cq(mrc_cq* cq, int num_entries, ibv_wc* wc) {
     w.qp_num = e.qp_num;
     w.wc_flags = (e.flags & abi::kCqeWithImm) ? IBV_WC_WITH_IMM : 0;
     w.pkey_index = 0;
-    if (e.opcode == abi::kCqeWrite) retire_sq(*cq, e.qp_num, e.wqe_index);
+    if (e.opcode == abi::kCqeWrite) retire_sq(*cq, e.qp_num, e.wqe_index, cq->cons + i);
   }
   if (n) {
     cq->cons += n;
@@ -473,6 +476,7 @@ MRC_EXPORT mrc_qp* mrc_create_qp(mrc_context* m, mrc_qp_init_attr* ia) {
   }
   q->handle = rs.qp.handle;
   q->qpn = rs.qp.qpn;
+  q->scq_start = abi::load_acquire(ia->send_cq->hdr->prod);
   // Report what was granted, as ibv_create_qp does.
   ia->cap.max_send_wr = q->sq_depth;
   ia->cap.max_recv_wr = q->rq_depth;

@@ -176,6 +176,9 @@ struct mrc_qp {
   mrc::host::abi::Sqe* sq;
   uint32_t sq_depth, sq_prod;
   std::atomic<uint32_t> sq_done;  // SQ slots before this are free (completions polled)
+  // The send CQ's producer index at creation: entries before it are an
+  // earlier QP's that had this QPN, and retire nothing of ours.
+  uint32_t scq_start;
   mrc::host::abi::QueueHeader* rq_hdr;
   mrc::host::abi::Rqe* rq;
   uint32_t rq_depth, rq_prod;

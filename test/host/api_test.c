@@ -1294,6 +1294,49 @@ static void test_max_qp_wr(void)
 	mrc_destroy_cq(cq);
 }
 
+/*
+ * A QP destroyed with completions still in its CQ hands its QPN to the next
+ * QP; polling those completions must not free that QP's SQ slots.
+ */
+static void test_qpn_reuse(void)
+{
+	struct mrc_cq *cqa = mrc_create_cq(A.mctx, 2 * SQ_DEPTH, NULL, NULL, 0);
+	struct mrc_cq *cqb = mrc_create_cq(B.mctx, 2 * RQ_DEPTH, NULL, NULL, 0);
+	struct ibv_wc wc[8];
+	struct pair p;
+	uint32_t old_qpn;
+	int i, n = 0, rc;
+
+	memset(&p, 0, sizeof(p));
+	if (step_ptr(cqa, "QPN reuse", "mrc_create_cq A") || step_ptr(cqb, "QPN reuse", "mrc_create_cq B") ||
+	    make_pair(&p, "QPN reuse: first pair", cqa, cqb, 0))
+		goto out;
+	for (i = 0; i < 5; i++)
+		if (step(post_write(p.qa, 0x7000 + i, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0),
+			 "QPN reuse", "mrc_post_send"))
+			goto out;
+	usleep(QUIET_MS * 1000);	/* the completions land, unpolled */
+	old_qpn = p.qpna;
+	destroy_pair(&p);
+	if (make_pair(&p, "QPN reuse: second pair", cqa, cqb, 0))
+		goto out;
+	if (p.qpna != old_qpn)
+		printf("# QPN reuse: the new QP got 0x%x, not 0x%x (check is weaker)\n", p.qpna, old_qpn);
+	n = wait_cq(cqa, wc, 5, TIMEOUT_MS, "QPN reuse: the first QP's completions");
+	report(n == 5, "QPN reuse: the destroyed QP's completions are still polled", "%d of 5", n);
+	rc = post_write(p.qa, 0x7100, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0);
+	report(rc == 0, "QPN reuse: the new QP can post after the old completions are polled", "rc %d (%s)", rc,
+	       strerror(rc));
+	if (rc == 0)
+		expect_send_wc(&p, 0x7100, "QPN reuse: the new QP's write completes");
+out:
+	destroy_pair(&p);
+	if (cqa)
+		mrc_destroy_cq(cqa);
+	if (cqb)
+		mrc_destroy_cq(cqb);
+}
+
 /* A malformed WR must be rejected at post time or complete in error. */
 static void unsupported(const char *tag, enum ibv_wr_opcode op, int num_sge)
 {
@@ -1618,6 +1661,7 @@ int main(int argc, char **argv)
 	test_destroy_waits_for_ack();
 	test_close_device_in_use();
 	test_max_qp_wr();
+	test_qpn_reuse();
 	test_reg_mr_sizes();
 	test_fork_after_dereg();
 	test_context_in_use();
