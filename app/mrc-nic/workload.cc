@@ -285,6 +285,12 @@ struct Workload::Impl {
       f.qpn = f.shard->engine().create_qp(1, b.qp_caps);
       if (!f.qpn) return fmt::format("workload: device {} is out of QPs", from->name());
       f.messages = total == UINT64_MAX ? UINT64_MAX : total / wl.qps + (q < total % wl.qps ? 1 : 0);
+      // Fewer messages than QPs: a QP with none has no completion to
+      // finish it, and done() would wait for it forever.
+      if (f.messages == 0) {
+        f.finished = true;
+        flows_finished.fetch_add(1, std::memory_order_release);
+      }
       flows.push_back(f);
     }
     for (auto& f : flows) req_apps[f.shard->index()]->mine.push_back(&f);

@@ -15,6 +15,8 @@
 #                    WRITE_IMM, each device on its own lcore
 #   rings-steer      one process, two lcores per device on single-queue ports:
 #                    frames are steered to the QP's lcore through rte_rings
+#   rings-odd        one process, workloads of odd shapes: fewer messages
+#                    than QPs
 set -euo pipefail
 
 nic=$1
@@ -245,6 +247,17 @@ if sys.argv[2] == "rings-steer":
         if not 0 < c.get("nic_rx_steered_in", 0) <= c.get("nic_rx_steered_out", 0):
             sys.exit(f"{dev}: steering did not carry frames between lcores")
 EOF
+    ;;
+  rings-odd)
+    args=(--device mrc0 --device mrc1 --ring-pair a0:b0 --plane "mrc0 port=a0 ip=10.0.0.1"
+      --plane "mrc1 port=b0 ip=10.0.0.2" --lcores mrc0=1 --lcores mrc1=2 --workload write --wl-from mrc0 --wl-to mrc1)
+    eal=(--lcores '0@0,1@1,2@0')
+    # One message for four QPs: the three QPs without one must not hold the run open.
+    timeout 15 "$nic" "${eal_common[@]}" --no-shconf "${eal[@]}" -- "${args[@]}" --wl-qps 4 --wl-size 4k \
+      --wl-bytes 4096 >"$work/few.json" 2>"$work/few.log" &
+    pids+=($!)
+    wait_ok $! few
+    check_json "$work/few.json" "fewer messages than QPs" 4096
     ;;
   *)
     fail "unknown case $case_name"
