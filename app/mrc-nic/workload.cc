@@ -277,7 +277,8 @@ struct Workload::Impl {
       return "workload: cannot register the source region";
     auto& shards = from->shards();
     for (size_t k = 0; k < shards.size(); ++k) req_apps.push_back(std::make_unique<RequesterApp>(*this));
-    const uint64_t total = wl.bytes ? (wl.bytes + wl.size - 1) / wl.size : UINT64_MAX;
+    // Rounded up without bytes + size - 1, which wraps for sizes near 2^64.
+    const uint64_t total = wl.bytes ? wl.bytes / wl.size + (wl.bytes % wl.size != 0) : UINT64_MAX;
     for (uint32_t q = 0; q < wl.qps; ++q) {
       Flow f;
       f.index = q;

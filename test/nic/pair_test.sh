@@ -16,7 +16,7 @@
 #   rings-steer      one process, two lcores per device on single-queue ports:
 #                    frames are steered to the QP's lcore through rte_rings
 #   rings-odd        one process, workloads of odd shapes: fewer messages
-#                    than QPs
+#                    than QPs, a --wl-bytes near 2^64
 set -euo pipefail
 
 nic=$1
@@ -258,6 +258,18 @@ EOF
     pids+=($!)
     wait_ok $! few
     check_json "$work/few.json" "fewer messages than QPs" 4096
+    # 16 EiB, cut short by --duration: it must move data, not round down to nothing.
+    timeout 15 "$nic" "${eal_common[@]}" --no-shconf "${eal[@]}" -- "${args[@]}" --wl-qps 2 --wl-size 4k \
+      --wl-bytes 18446744073709551615 --duration 0.3 >"$work/huge.json" 2>"$work/huge.log" &
+    pids+=($!)
+    wait_ok $! huge
+    $py - "$work/huge.json" <<'EOF'
+import json, sys
+w = json.load(open(sys.argv[1]))["workload"]
+print(f"--wl-bytes 2^64-1: {w['messages']} messages, integrity_ok {w['integrity_ok']}")
+if w["messages"] == 0 or not w["integrity_ok"] or w["errors"]:
+    sys.exit("a huge --wl-bytes did not run")
+EOF
     ;;
   *)
     fail "unknown case $case_name"
