@@ -247,7 +247,8 @@ int cmd_evs(const char*, const char* params, rte_tel_data* out) {
   rte_tel_data_add_dict_string(out, "device", d->name().c_str());
   rte_tel_data_add_dict_u64(out, "qpn", qpn);
   rte_tel_data_add_dict_u64(out, "count", evs.size());
-  const size_t last = std::min(evs.size(), first + kEvsPerPage);
+  // first + kEvsPerPage wraps for a FIRST near 2^64 and named an earlier page.
+  const size_t last = first >= evs.size() ? evs.size() : std::min(evs.size(), first + kEvsPerPage);
   if (last < evs.size()) rte_tel_data_add_dict_u64(out, "next", last);
   std::vector<std::string> cols = {"ev", "plane", "state", "active"};
   for (auto n : engine::kEvCtrNames) cols.emplace_back(n);

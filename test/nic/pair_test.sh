@@ -253,11 +253,35 @@ EOF
       --plane "mrc1 port=b0 ip=10.0.0.2" --lcores mrc0=1 --lcores mrc1=2 --workload write --wl-from mrc0 --wl-to mrc1)
     eal=(--lcores '0@0,1@1,2@0')
     # One message for four QPs: the three QPs without one must not hold the run open.
-    timeout 15 "$nic" "${eal_common[@]}" --no-shconf "${eal[@]}" -- "${args[@]}" --wl-qps 4 --wl-size 4k \
-      --wl-bytes 4096 >"$work/few.json" 2>"$work/few.log" &
+    prefix="mrcodd$$"
+    rm -f "$work/few.json"
+    timeout 15 "$nic" "${eal_common[@]}" --file-prefix "$prefix" "${eal[@]}" -- "${args[@]}" --wl-qps 4 \
+      --wl-size 4k --wl-bytes 4096 --linger 10 >"$work/few.json" 2>"$work/few.log" &
     pids+=($!)
-    wait_ok $! few
+    few_pid=$!
+    for _ in $(seq 1 100); do
+      [ -s "$work/few.json" ] && break
+      kill -0 "$few_pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    [ -s "$work/few.json" ] || fail "fewer messages than QPs: no summary within 10 s"
+    # While it lingers: telemetry parameters out of range get an error or an empty page.
+    printf '%s\n' /mrc/evs,mrc0:16,18446744073709551615 /mrc/evs,mrc0:16,18446744073709551600 |
+      timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$prefix" >"$work/tel.txt" 2>&1 ||
+      { cat "$work/tel.txt" >&2; fail "dpdk-telemetry.py failed"; }
+    pkill -INT -P "$few_pid"
+    wait_ok "$few_pid" few
     check_json "$work/few.json" "fewer messages than QPs" 4096
+    $py - "$work/tel.txt" <<'EOF'
+import json, sys
+replies = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"/mrc/')]
+if len(replies) != 2: sys.exit(f"{len(replies)} telemetry replies, expected 2")
+for r, first in zip(replies, (2**64 - 1, 2**64 - 16)):
+    v = r["/mrc/evs"]
+    rows = [k for k in v if k.isdigit()]
+    print(f"/mrc/evs from {first}: count {v['count']}, rows {len(rows)}, next {v.get('next')}")
+    if rows or v.get("next", first + 1) <= first: sys.exit(f"/mrc/evs from {first}: a page before it")
+EOF
     # 16 EiB, cut short by --duration: it must move data, not round down to nothing.
     timeout 15 "$nic" "${eal_common[@]}" --no-shconf "${eal[@]}" -- "${args[@]}" --wl-qps 2 --wl-size 4k \
       --wl-bytes 18446744073709551615 --duration 0.3 >"$work/huge.json" 2>"$work/huge.log" &
