@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""mrcctl stats against a stand-in for DPDK telemetry that answers oddly.
+
+  mrcctl_replies.py MRCCTL WORKDIR
+
+Each case serves one connection on a SOCK_SEQPACKET socket the way DPDK
+22.11 does (a greeting, then one JSON object per command) but replies with
+something mrc-nic would not send. mrcctl must end with status 0 or 1 and,
+when it fails, say so in a line naming telemetry; never die on a signal.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+mrcctl, work = sys.argv[1], sys.argv[2]
+os.makedirs(work, exist_ok=True)
+path = os.path.join(work, "telemetry.sock")
+
+
+def serve(listener, reply):
+    conn, _ = listener.accept()
+    with conn:
+        conn.send(json.dumps({"version": "DPDK 22.11", "pid": 1, "max_output_len": 16384}).encode())
+        while True:
+            try:
+                cmd = conn.recv(1024).decode()
+            except OSError:
+                return
+            if not cmd:
+                return
+            conn.send(json.dumps({cmd.split(",")[0]: reply(cmd)}).encode())
+
+
+# (name, mrcctl arguments, the value answered for each command, status wanted)
+cases = [
+    # A /mrc/planes reply cut short before its column names.
+    ("planes-json-no-columns", ["--json", "stats", "planes"], lambda c: {"mrc0_0": [1, 2]}, {0, 1}),
+]
+
+bad = []
+for name, args, reply, want in cases:
+    if os.path.exists(path):
+        os.unlink(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(path)
+    listener.listen(1)
+    t = threading.Thread(target=serve, args=(listener, reply), daemon=True)
+    t.start()
+    p = subprocess.run([mrcctl, "--telemetry-socket", path] + args, capture_output=True, text=True, timeout=30)
+    listener.close()
+    err = p.stderr.strip()
+    print(f"{name}: status {p.returncode}: {err or p.stdout.strip()[:100]}")
+    if p.returncode not in want:
+        bad.append(f"{name}: status {p.returncode}, wanted one of {sorted(want)}")
+    elif p.returncode != 0 and "telemetry" not in err:
+        bad.append(f"{name}: the error does not say it came from telemetry: {err!r}")
+if bad:
+    sys.exit("FAIL: " + "; ".join(bad))
+print("PASS")
