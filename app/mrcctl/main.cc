@@ -113,6 +113,12 @@ void check(int rc, const std::string& what) {
 
 // ---------------------------------------------------------------- JSON
 
+// A JSON value of another type than the reader expected: a reply not shaped
+// as mrc-nic shapes it.
+struct JsonTypeError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // A small JSON value: enough to print our own output and to read DPDK
 // telemetry replies. Objects keep their insertion order.
 class Json {
@@ -151,11 +157,13 @@ class Json {
            std::holds_alternative<double>(v_);
   }
 
-  const Object& obj() const { return std::get<Object>(v_); }
-  Object& obj() { return std::get<Object>(v_); }
-  const Array& arr() const { return std::get<Array>(v_); }
-  Array& arr() { return std::get<Array>(v_); }
-  const std::string& str() const { return std::get<std::string>(v_); }
+  // Checked: std::get's bad_variant_access would reach the user as
+  // "std::get: wrong index for variant".
+  const Object& obj() const { return as<Object>("an object"); }
+  Object& obj() { return const_cast<Object&>(as<Object>("an object")); }
+  const Array& arr() const { return as<Array>("an array"); }
+  Array& arr() { return const_cast<Array&>(as<Array>("an array")); }
+  const std::string& str() const { return as<std::string>("a string"); }
 
   uint64_t u64() const {
     if (auto p = std::get_if<uint64_t>(&v_)) return *p;
@@ -263,6 +271,14 @@ class Json {
       if (!o.empty()) newline(depth);
       out += '}';
     }
+  }
+
+  template <class T>
+  const T& as(const char* what) const {
+    if (const T* p = std::get_if<T>(&v_)) return *p;
+    std::string got = dump(-1);
+    if (got.size() > 60) got = got.substr(0, 57) + "...";
+    throw JsonTypeError(fmt::format("{} where {} was expected", got, what));
   }
 
   std::variant<std::nullptr_t, bool, int64_t, uint64_t, double, std::string, Array, Object> v_{nullptr};
@@ -1238,6 +1254,7 @@ std::map<uint8_t, std::string> plane_links(const TelemetryOpts& t, const std::st
       if (const Json* l = r.find("link")) out[uint8_t(p + 1)] = l->cell();
     }
   } catch (const Failure&) {
+  } catch (const JsonTypeError&) {
   }
   return out;
 }
@@ -2278,7 +2295,17 @@ void print_transposed(const Json& v, const std::vector<std::string>& keys, bool 
   print_table(head, rows);
 }
 
+int stats_view(const StatsOpts& s, const TelemetryOpts& t);
+
 int cmd_stats(const StatsOpts& s, const TelemetryOpts& t) {
+  try {
+    return stats_view(s, t);
+  } catch (const JsonTypeError& e) {
+    fail_msg(fmt::format("telemetry: unexpected reply for 'stats {}': {}", s.what, e.what()));
+  }
+}
+
+int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
   Telemetry tel(t.path());
   const std::string& w = s.what;
   if (w == "raw") {
