@@ -662,10 +662,23 @@ std::vector<engine::QpInfo> Device::qp_infos() {
   return out;
 }
 
+// Live QPs and those gone (a host client's reclaimed QPs), so that totals
+// never fall and no drop a QP counted is lost with it.
 engine::Counters<engine::QpCtr> Device::qp_counter_totals() {
   engine::Counters<engine::QpCtr> sum;
-  for (const auto& qi : qp_infos())
-    for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += qi.ctr.v[i];
+  for (auto& sh : shards_) {
+    Shard* s = sh.get();
+    s->call([&] {
+      const auto add = [&](const engine::Counters<engine::QpCtr>& c) {
+        for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += c.v[i];
+      };
+      add(s->engine().retired_qp_counters());
+      for (uint32_t qpn : s->engine().qpns()) {
+        engine::QpInfo qi;
+        if (s->engine().qp_info(qpn, qi)) add(qi.ctr);
+      }
+    });
+  }
   return sum;
 }
 

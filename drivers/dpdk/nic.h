@@ -161,7 +161,7 @@ class Device {
   // Snapshots taken on the owning lcores (for telemetry and the CLI).
   engine::Counters<engine::DevCtr> engine_counters();
   std::vector<engine::QpInfo> qp_infos();
-  // Every QP counter summed over the device's QPs.
+  // Every QP counter summed over the device's QPs, destroyed ones included.
   engine::Counters<engine::QpCtr> qp_counter_totals();
   bool ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out);
   std::vector<EvEventRecord> ev_events();

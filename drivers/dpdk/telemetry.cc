@@ -266,7 +266,7 @@ int cmd_evs(const char*, const char* params, rte_tel_data* out) {
 }
 
 // /mrc/counters[,DEV]: the engine's device counters, the NIC's (nic_*) and
-// the sum over the device's QPs (qp_*).
+// the sum over the device's QPs, live and destroyed (qp_*).
 int cmd_counters(const char*, const char* params, rte_tel_data* out) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_nic) return -ENODEV;

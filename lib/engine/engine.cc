@@ -74,6 +74,7 @@ Engine::Engine(const EngineConfig& cfg, Env& env) : impl_(std::make_unique<Impl>
 Engine::~Engine() = default;
 const EngineConfig& Engine::config() const { return impl_->cfg; }
 const Counters<DevCtr>& Engine::counters() const { return impl_->ctr; }
+const Counters<QpCtr>& Engine::retired_qp_counters() const { return impl_->retired_qp_ctr; }
 
 // ---------------------------------------------------------------------------
 // Memory regions
@@ -138,6 +139,7 @@ Qp* Engine::Impl::find_qp(uint32_t qpn) {
 
 void Engine::Impl::init_qp(Qp& qp, uint32_t pd, const QpCaps& caps) {
   const uint32_t qpn = qp.qpn;
+  for (size_t i = 0; i < qp.ctr.v.size(); ++i) retired_qp_ctr.v[i] += qp.ctr.v[i];
   qp = Qp{};
   qp.qpn = qpn;
   qp.pd = pd;
@@ -166,6 +168,7 @@ bool Engine::destroy_qp(uint32_t qpn) {
   Qp* qp = I.find_qp(qpn);
   if (!qp) return false;
   I.remove_active(*qp);
+  for (size_t i = 0; i < qp->ctr.v.size(); ++i) I.retired_qp_ctr.v[i] += qp->ctr.v[i];
   *qp = Qp{};
   qp->qpn = qpn;
   return true;

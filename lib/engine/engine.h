@@ -271,6 +271,8 @@ class Engine {
 
   // Introspection.
   const Counters<DevCtr>& counters() const;
+  // The QP counters of every QP destroyed or reset so far, summed.
+  const Counters<QpCtr>& retired_qp_counters() const;
   bool qp_info(uint32_t qpn, QpInfo& out) const;
   std::vector<uint32_t> qpns() const;
   std::vector<EvInfo> ev_info(uint32_t qpn) const;

@@ -290,6 +290,8 @@ struct Engine::Impl {
   Env& env;
   Rng rng;
   Counters<DevCtr> ctr;
+  // Counts of QPs destroyed or reset: device totals must not lose them.
+  Counters<QpCtr> retired_qp_ctr;
   std::vector<Mr> mrs;
   std::vector<Qp> qps;  // index = qpn - first_qpn; sized once, never moves (Engine::PrefetchMap)
   std::vector<uint32_t> active_qps;

@@ -180,6 +180,10 @@ case $case_name in
     qps=$(telemetry /mrc/qps | $py -c 'import json,sys; d=json.load(sys.stdin)["/mrc/qps"]; print(len(d.get("mrc0", [])))')
     echo "clients_reclaimed $before -> $after; QPs left on mrc0: $qps"
     [ "$qps" -eq 0 ] || fail "$qps QPs of the killed client are still on mrc0"
+    # What the reclaimed QPs counted stays in the device's totals.
+    sent=$(counter /mrc/counters,mrc0 qp_tx_data_pkts)
+    echo "qp_tx_data_pkts of mrc0 after the reclaim: $sent"
+    [ "$sent" -gt 0 ] || fail "the reclaimed QPs' counters left /mrc/counters (qp_tx_data_pkts $sent)"
     # The server lost its peer; the device keeps serving new clients.
     build_api_test
     run_api_test after-kill
