@@ -1201,7 +1201,9 @@ class Telemetry {
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0)
       fail(fmt::format("telemetry: connect {} (is mrc-nic running with that --file-prefix?)", path));
     Json hello = receive();
-    if (const Json* m = hello.find("max_output_len")) buf_.resize(std::max<size_t>(m->u64() + 1, buf_.size()));
+    // Capped: the greeting is the peer's word, and a vector that size is zero-filled.
+    if (const Json* m = hello.find("max_output_len"))
+      buf_.resize(std::clamp<uint64_t>(m->u64(), buf_.size() - 1, kMaxReply) + 1);
   }
   ~Telemetry() {
     if (fd_ >= 0) ::close(fd_);
@@ -1233,6 +1235,8 @@ class Telemetry {
     }
   }
 
+  // DPDK 22.11 answers at most 16 KB; later releases a little more.
+  static constexpr uint64_t kMaxReply = 1 << 20;
   std::string path_;
   int fd_ = -1;
   std::vector<char> buf_ = std::vector<char>(64 * 1024);

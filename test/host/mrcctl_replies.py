@@ -20,10 +20,10 @@ os.makedirs(work, exist_ok=True)
 path = os.path.join(work, "telemetry.sock")
 
 
-def serve(listener, reply):
+def serve(listener, reply, max_output_len):
     conn, _ = listener.accept()
     with conn:
-        conn.send(json.dumps({"version": "DPDK 22.11", "pid": 1, "max_output_len": 16384}).encode())
+        conn.send(json.dumps({"version": "DPDK 22.11", "pid": 1, "max_output_len": max_output_len}).encode())
         while True:
             try:
                 cmd = conn.recv(1024).decode()
@@ -34,7 +34,8 @@ def serve(listener, reply):
             conn.send(json.dumps({cmd.split(",")[0]: reply(cmd)}).encode())
 
 
-# (name, mrcctl arguments, the value answered for each command, status wanted)
+# (name, mrcctl arguments, the value answered for each command, status wanted[,
+# the greeting's max_output_len])
 cases = [
     # A /mrc/planes reply cut short before its column names.
     ("planes-json-no-columns", ["--json", "stats", "planes"], lambda c: {"mrc0_0": [1, 2]}, {0, 1}),
@@ -44,16 +45,18 @@ cases = [
     ("devices-list-not-array", ["stats", "devices"], lambda c: {"devices": 7, "columns": []}, {1}),
     ("evs-row-not-array", ["stats", "evs", "16"],
      lambda c: {"count": 1, "columns": ["ev"], "states": ["GOOD"], "0": 5}, {1}),
+    # A greeting announcing 1 TiB replies: no buffer that size, the reply read as usual.
+    ("huge-max-output-len", ["stats", "counters"], lambda c: {"device": "mrc0"}, {0}, 1 << 40),
 ]
 
 bad = []
-for name, args, reply, want in cases:
+for name, args, reply, want, *greeting in cases:
     if os.path.exists(path):
         os.unlink(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(path)
     listener.listen(1)
-    t = threading.Thread(target=serve, args=(listener, reply), daemon=True)
+    t = threading.Thread(target=serve, args=(listener, reply, greeting[0] if greeting else 16384), daemon=True)
     t.start()
     p = subprocess.run([mrcctl, "--telemetry-socket", path] + args, capture_output=True, text=True, timeout=30)
     listener.close()
