@@ -2327,9 +2327,16 @@ int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
   }
   if (w == "planes") {
     Json v = tel.command("/mrc/planes");
+    // Rows are DEV_PLANE. Names may hold '_', so device a must not take a_1's
+    // row a_1_0: only digits may follow the prefix.
+    const auto of_dev = [&](const std::string& k) {
+      const std::string p = s.arg + "_";
+      return k.size() > p.size() && k.compare(0, p.size(), p) == 0 &&
+             k.find_first_not_of("0123456789", p.size()) == std::string::npos;
+    };
     std::vector<std::string> keys;
     for (const auto& [k, x] : v.obj())
-      if (k != "columns" && (s.arg.empty() || k.rfind(s.arg + "_", 0) == 0)) keys.push_back(k);
+      if (k != "columns" && (s.arg.empty() || of_dev(k))) keys.push_back(k);
     if (!s.arg.empty() && keys.empty()) fail_msg(fmt::format("telemetry: no planes of device '{}'", s.arg));
     if (g_json) {
       Json o = Json::object();

@@ -45,6 +45,9 @@ cases = [
     ("devices-list-not-array", ["stats", "devices"], lambda c: {"devices": 7, "columns": []}, {1}),
     ("evs-row-not-array", ["stats", "evs", "16"],
      lambda c: {"count": 1, "columns": ["ev"], "states": ["GOOD"], "0": 5}, {1}),
+    # Device a must not show plane 0 of device a_1 (row a_1_0) as its own.
+    ("planes-of-device", ["--json", "stats", "planes", "a"],
+     lambda c: {"a_0": [1], "a_1": [2], "a_1_0": [3], "columns": ["link_up"]}, {0}),
     # A greeting announcing 1 TiB replies: no buffer that size, the reply read as usual.
     ("huge-max-output-len", ["stats", "counters"], lambda c: {"device": "mrc0"}, {0}, 1 << 40),
 ]
@@ -64,6 +67,8 @@ for name, args, reply, want, *greeting in cases:
     print(f"{name}: status {p.returncode}: {err or p.stdout.strip()[:100]}")
     if p.returncode not in want:
         bad.append(f"{name}: status {p.returncode}, wanted one of {sorted(want)}")
+    elif name == "planes-of-device" and sorted(json.loads(p.stdout)) != ["a_0", "a_1", "columns"]:
+        bad.append(f"{name}: rows {sorted(json.loads(p.stdout))}, wanted a_0 and a_1 only")
     elif p.returncode != 0 and ("telemetry" not in err or "std::" in err):
         bad.append(f"{name}: not a clear error: {err!r}")
 if bad:
