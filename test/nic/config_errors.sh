@@ -28,6 +28,8 @@ expect "--plane" --device mrc0 --plane "mrc0 port=net_ring0 ip=10.0.0.1 mac=zz:0
 expect "--plane" --device mrc0 --plane "mrc9 port=net_ring0 ip=10.0.0.1"
 expect "--plane" --device mrc0
 expect "--device" --device "bad-name" --plane "bad-name port=net_ring0 ip=10.0.0.1"
+# Would be a second "columns" key in /mrc/devices, beside the real one.
+expect "--device 'columns'" --device columns --plane "columns port=net_ring0 ip=10.0.0.1" --duration 0.1
 expect "--ev-values" "${good[@]}" --ev-values 70000
 expect "--ev-values" "${good[@]}" --ev-values 9-3
 expect "--ev-values: 40001 EVs" "${good[@]}" --ev-values 0-40000
