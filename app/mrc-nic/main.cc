@@ -167,6 +167,21 @@ void print_final_counters(dp::Nic& nic) {
   }
 }
 
+// A JSON string's body: port names come from the command line (a ring pair
+// may be named anything) and errors quote what went wrong.
+std::string json_escape(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\')
+      out += {'\\', char(c)};
+    else if (c < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += char(c);
+  }
+  return out;
+}
+
 std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::WorkloadResult* r, double seconds) {
   std::string j = "{";
   j += fmt::format("\"tool\":\"mrc-nic\",\"seconds\":{:.3f}", seconds);
@@ -183,7 +198,7 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
                                 : "both",
         r->size, r->qps, r->depth, r->messages, r->bytes, r->seconds, gbps, mops, r->errors, r->slots_checked,
         r->slots_bad, r->imm_received, r->integrity_ok, r->completions_ok);
-    if (!r->first_error.empty()) j += fmt::format(",\"first_error\":\"{}\"", r->first_error);
+    if (!r->first_error.empty()) j += fmt::format(",\"first_error\":\"{}\"", json_escape(r->first_error));
     j += "}";
   }
   j += ",\"devices\":{";
@@ -195,7 +210,7 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
     first_dev = false;
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const auto pc = d->plane_counters(p);
-      j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", d->spec().planes[p].port,
+      j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", json_escape(d->spec().planes[p].port),
                        d->link_up(p) ? "up" : "down");
       for (size_t i = 0; i < pc.size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPlaneCtrNames[i], pc[i]);
       for (const auto& [name, v] : d->port_stats(p)) j += fmt::format(",\"{}\":{}", name, v);

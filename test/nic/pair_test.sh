@@ -16,7 +16,7 @@
 #   rings-steer      one process, two lcores per device on single-queue ports:
 #                    frames are steered to the QP's lcore through rte_rings
 #   rings-odd        one process, workloads of odd shapes: fewer messages
-#                    than QPs, a --wl-bytes near 2^64
+#                    than QPs, a --wl-bytes near 2^64, port names to escape
 set -euo pipefail
 
 nic=$1
@@ -249,8 +249,9 @@ if sys.argv[2] == "rings-steer":
 EOF
     ;;
   rings-odd)
-    args=(--device mrc0 --device mrc1 --ring-pair a0:b0 --plane "mrc0 port=a0 ip=10.0.0.1"
-      --plane "mrc1 port=b0 ip=10.0.0.2" --lcores mrc0=1 --lcores mrc1=2 --workload write --wl-from mrc0 --wl-to mrc1)
+    # Port names with a quote and a backslash: the summary must still be JSON.
+    args=(--device mrc0 --device mrc1 --ring-pair 'a"0:b\0' --plane 'mrc0 port=a"0 ip=10.0.0.1'
+      --plane 'mrc1 port=b\0 ip=10.0.0.2' --lcores mrc0=1 --lcores mrc1=2 --workload write --wl-from mrc0 --wl-to mrc1)
     eal=(--lcores '0@0,1@1,2@0')
     # One message for four QPs: the three QPs without one must not hold the run open.
     prefix="mrcodd$$"
