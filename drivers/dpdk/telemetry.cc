@@ -203,7 +203,8 @@ int cmd_qp(const char*, const char* params, rte_tel_data* out) {
   uint32_t qpn = 0;
   std::string_view rest;
   Device* d = find_qp(params, qpn, rest);
-  if (!d) return -EINVAL;
+  // /mrc/qp takes no more than the QP: "16,x" is a mistake, not QP 16.
+  if (!d || !rest.empty()) return -EINVAL;
   for (const auto& qi : d->qp_infos()) {
     if (qi.qpn != qpn) continue;
     rte_tel_data_start_dict(out);

@@ -267,7 +267,7 @@ EOF
     done
     [ -s "$work/few.json" ] || fail "fewer messages than QPs: no summary within 10 s"
     # While it lingers: telemetry parameters out of range get an error or an empty page.
-    printf '%s\n' /mrc/evs,mrc0:16,18446744073709551615 /mrc/evs,mrc0:16,18446744073709551600 |
+    printf '%s\n' /mrc/evs,mrc0:16,18446744073709551615 /mrc/evs,mrc0:16,18446744073709551600 /mrc/qp,mrc0:16,x |
       timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$prefix" >"$work/tel.txt" 2>&1 ||
       { cat "$work/tel.txt" >&2; fail "dpdk-telemetry.py failed"; }
     pkill -INT -P "$few_pid"
@@ -276,7 +276,8 @@ EOF
     $py - "$work/tel.txt" <<'EOF'
 import json, sys
 replies = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"/mrc/')]
-if len(replies) != 2: sys.exit(f"{len(replies)} telemetry replies, expected 2")
+if len(replies) != 3: sys.exit(f"{len(replies)} telemetry replies, expected 3")
+if replies[2]["/mrc/qp"] is not None: sys.exit("/mrc/qp,mrc0:16,x answered as if it named QP 16")
 for r, first in zip(replies, (2**64 - 1, 2**64 - 16)):
     v = r["/mrc/evs"]
     rows = [k for k in v if k.isdigit()]
