@@ -112,8 +112,9 @@ MRC_EXPORT int mrc_destroy_context(mrc_context* m) {
     complain("destroy context: its channels, CQs, QPs and QP hints must be destroyed first");
     return errno = EBUSY, -1;
   }
-  m->ctx->users.fetch_sub(1);
+  Context* c = m->ctx;
   delete m;
+  c->unref();
   return 0;
 }
 

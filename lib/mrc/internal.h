@@ -92,7 +92,14 @@ class Context {
   // side of the object.
   int release(abi::Request& rq);
   std::atomic<bool> gone{false};  // the control connection broke
-  std::atomic<uint32_t> users{0};  // PDs and mrc_contexts: each points back at us
+  // The open ibv_context, its PDs and its mrc_contexts each hold one: the
+  // last to go frees the context. ibv_close_device with PDs still
+  // allocated succeeds, as in verbs, and they stay usable until freed.
+  std::atomic<uint32_t> users{1};
+  std::atomic<bool> closed{false};
+  void unref() {
+    if (users.fetch_sub(1) == 1) delete this;
+  }
 
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);

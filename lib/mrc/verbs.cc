@@ -227,11 +227,8 @@ MRC_EXPORT ibv_context* ibv_open_device(ibv_device* dev) {
 
 MRC_EXPORT int ibv_close_device(ibv_context* ctx) {
   if (Context* c = Context::from(ctx)) {
-    if (c->users.load()) {
-      complain("close device: its protection domains and MRC contexts must be freed first");
-      return fail(EBUSY);
-    }
-    delete c;
+    if (c->closed.exchange(true)) return fail(EINVAL);
+    c->unref();
     return 0;
   }
   auto f = real<int (*)(ibv_context*)>("ibv_close_device");
@@ -334,8 +331,8 @@ MRC_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
     rq.handle = p->handle;
     Context* c = Context::from(pd->context);
     if (int e = c->release(rq); e) return fail(e);
-    c->users.fetch_sub(1);
     delete p;
+    c->unref();
     return 0;
   }
   auto f = real<int (*)(ibv_pd*)>("ibv_dealloc_pd");

@@ -1224,46 +1224,42 @@ static void test_fork_after_dereg(void)
 }
 
 /*
- * A device context outlives its PDs and MRC contexts: closing it first is
- * refused (EBUSY), and they stay usable.
+ * Closing a device context while its PDs and MRC contexts remain succeeds,
+ * as in verbs, and they stay usable until freed: the last of them frees the
+ * context.
  */
 static void test_close_device_in_use(void)
 {
 	struct ibv_context *ctx = ibv_open_device(A.dev);
 	struct mrc_context *m = NULL;
 	struct ibv_pd *pd = NULL;
-	int rc;
+        struct ibv_mr* mr;
+        struct mrc_cq* cq;
+        static char buf[4096];
+        int rc;
 
 	if (api_ptr(ctx, "device in use: a second ibv_context"))
 		return;
-	pd = ibv_alloc_pd(ctx);
-	if (step_ptr(pd, "device in use", "ibv_alloc_pd"))
-		goto out;
-	errno = 0;
+        pd = ibv_alloc_pd(ctx);
+        m = mrc_create_context(ctx, NULL);
+        if (step_ptr(pd, "device in use", "ibv_alloc_pd") || step_ptr(m, "device in use", "mrc_create_context")) {
+          if (pd) ibv_dealloc_pd(pd);
+          if (m) mrc_destroy_context(m);
+          api(ibv_close_device(ctx), "device in use: ibv_close_device");
+          return;
+        }
+        errno = 0;
 	rc = ibv_close_device(ctx);
-	report(rc != 0 && errno == EBUSY, "ibv_close_device with a live PD is refused (EBUSY)",
-	       "returned %d, errno %d", rc, errno);
-	if (rc == 0)
-		return;	/* the PD now points at freed memory */
-	api(ibv_dealloc_pd(pd), "device in use: ibv_dealloc_pd after the refusal");
-	pd = NULL;
-	m = mrc_create_context(ctx, NULL);
-	if (step_ptr(m, "device in use", "mrc_create_context"))
-		goto out;
-	errno = 0;
-	rc = ibv_close_device(ctx);
-	report(rc != 0 && errno == EBUSY, "ibv_close_device with a live mrc_context is refused (EBUSY)",
-	       "returned %d, errno %d", rc, errno);
-	if (rc == 0)
-		return;
-	api(mrc_destroy_context(m), "device in use: mrc_destroy_context after the refusal");
-	m = NULL;
-out:
-	if (pd)
-		ibv_dealloc_pd(pd);
-	if (m)
-		mrc_destroy_context(m);
-	api(ibv_close_device(ctx), "device in use: ibv_close_device once its objects are gone");
+        report(rc == 0, "ibv_close_device with a live PD and mrc_context succeeds, as in verbs",
+               "returned %d, errno %d", rc, errno);
+        mr = ibv_reg_mr(pd, buf, sizeof(buf), IBV_ACCESS_LOCAL_WRITE);
+        report(mr != NULL, "a PD of a closed context still registers memory", "errno %d", errno);
+        if (mr) api(ibv_dereg_mr(mr), "device in use: ibv_dereg_mr after the close");
+        cq = mrc_create_cq(m, 16, NULL, NULL, 0);
+        report(cq != NULL, "an mrc_context of a closed context still creates a CQ", "errno %d", errno);
+        if (cq) api(mrc_destroy_cq(cq), "device in use: mrc_destroy_cq after the close");
+        api(ibv_dealloc_pd(pd), "device in use: ibv_dealloc_pd after the close");
+        api(mrc_destroy_context(m), "device in use: the last user, mrc_destroy_context, frees the context");
 }
 
 /* A QP as deep as ibv_query_device() says the device allows is granted. */
