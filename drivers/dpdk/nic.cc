@@ -640,10 +640,7 @@ engine::Counters<engine::DevCtr> Device::engine_counters() {
   engine::Counters<engine::DevCtr> sum;
   for (auto& sh : shards_) {
     Shard* s = sh.get();
-    s->call([&] {
-      const auto& c = s->engine().counters();
-      for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += c.v[i];
-    });
+    s->call([&] { sum += s->engine().counters(); });
   }
   return sum;
 }
@@ -669,13 +666,10 @@ engine::Counters<engine::QpCtr> Device::qp_counter_totals() {
   for (auto& sh : shards_) {
     Shard* s = sh.get();
     s->call([&] {
-      const auto add = [&](const engine::Counters<engine::QpCtr>& c) {
-        for (size_t i = 0; i < sum.v.size(); ++i) sum.v[i] += c.v[i];
-      };
-      add(s->engine().retired_qp_counters());
+      sum += s->engine().retired_qp_counters();
       for (uint32_t qpn : s->engine().qpns()) {
         engine::QpInfo qi;
-        if (s->engine().qp_info(qpn, qi)) add(qi.ctr);
+        if (s->engine().qp_info(qpn, qi)) sum += qi.ctr;
       }
     });
   }

@@ -125,6 +125,10 @@ struct Counters {
   std::array<uint64_t, size_t(E::count)> v{};
   void inc(E c, uint64_t n = 1) { v[size_t(c)] += n; }
   uint64_t operator[](E c) const { return v[size_t(c)]; }
+  Counters& operator+=(const Counters& o) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] += o.v[i];
+    return *this;
+  }
 };
 
 }  // namespace mrc::engine

@@ -139,7 +139,7 @@ Qp* Engine::Impl::find_qp(uint32_t qpn) {
 
 void Engine::Impl::init_qp(Qp& qp, uint32_t pd, const QpCaps& caps) {
   const uint32_t qpn = qp.qpn;
-  for (size_t i = 0; i < qp.ctr.v.size(); ++i) retired_qp_ctr.v[i] += qp.ctr.v[i];
+  retired_qp_ctr += qp.ctr;
   qp = Qp{};
   qp.qpn = qpn;
   qp.pd = pd;
@@ -168,7 +168,7 @@ bool Engine::destroy_qp(uint32_t qpn) {
   Qp* qp = I.find_qp(qpn);
   if (!qp) return false;
   I.remove_active(*qp);
-  for (size_t i = 0; i < qp->ctr.v.size(); ++i) I.retired_qp_ctr.v[i] += qp->ctr.v[i];
+  I.retired_qp_ctr += qp->ctr;
   *qp = Qp{};
   qp->qpn = qpn;
   return true;
