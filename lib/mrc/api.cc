@@ -19,15 +19,6 @@ using namespace mrc::lib;
 
 namespace {
 
-struct SpinGuard {
-  std::atomic_flag& f;
-  explicit SpinGuard(std::atomic_flag& flag) : f(flag) {
-    while (f.test_and_set(std::memory_order_acquire)) {
-    }
-  }
-  ~SpinGuard() { f.clear(std::memory_order_release); }
-};
-
 uint32_t pow2_at_least(uint32_t v) { return std::bit_ceil(v < 1 ? 1u : v); }
 
 uint32_t mtu_bytes(ibv_mtu m) { return m >= IBV_MTU_256 && m <= IBV_MTU_4096 ? 128u << m : 0; }

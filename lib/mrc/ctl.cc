@@ -406,6 +406,9 @@ MRC_EXPORT mrc_cq* mrc_ctl_create_ev_event_cq(mrc_context* m, int cqe, void* cq_
 
 MRC_EXPORT int mrc_ctl_poll_ev_event(mrc_cq* cq, int num_entries, mrc_ctl_ev_event* out) {
   if (!cq || !cq->ev_events || num_entries < 0 || (num_entries && !out)) return -EINVAL;
+  // As mrc_poll_cq: threads sharing the CQ must not consume an event twice
+  // or move cons backwards.
+  SpinGuard g(cq->lock);
   const uint32_t prod = abi::load_acquire(cq->hdr->prod);
   uint32_t n = prod - cq->cons;
   if (n > cq->depth) return -EIO;

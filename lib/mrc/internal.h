@@ -26,6 +26,18 @@ namespace mrc::lib {
 
 namespace abi = host::abi;
 
+// Holds a CQ's or queue's spin lock (an atomic_flag) for a scope.
+struct SpinGuard {
+  std::atomic_flag& f;
+  explicit SpinGuard(std::atomic_flag& flag) : f(flag) {
+    while (f.test_and_set(std::memory_order_acquire)) {
+    }
+  }
+  ~SpinGuard() { f.clear(std::memory_order_release); }
+  SpinGuard(const SpinGuard&) = delete;
+  SpinGuard& operator=(const SpinGuard&) = delete;
+};
+
 // Sets errno and returns the value verbs-style calls return on failure.
 int fail(int err);
 // Prints why a call failed (MRC_QUIET=1 silences it).
