@@ -355,8 +355,27 @@ MRC_EXPORT void mrc_ack_cq_events(mrc_cq* cq, unsigned int nevents) {
 // ---------------------------------------------------------------------------
 // QP hints: advice the device may use to place QPs; kept with the context.
 
+namespace {
+
+// Counts are of QPs and peers: a negative one is the caller's error, at
+// creation (every field counts) as at modify (the fields in `mask`).
+bool hint_counts_ok(const mrc_qp_hint_attr& a, int mask) {
+  if (((mask & MRC_QP_HINT_NUM_QPS_PER_PEER) && a.num_qps_per_peer < 0) ||
+      ((mask & MRC_QP_HINT_NUM_SEND_PEERS) && a.num_send_peers < 0) ||
+      ((mask & MRC_QP_HINT_NUM_REMOTE_RECV_PEERS) && a.num_remote_recv_peers < 0)) {
+    complain("QP hint: num_qps_per_peer, num_send_peers and num_remote_recv_peers must not be negative");
+    return false;
+  }
+  return true;
+}
+
+constexpr int kHintCounts =
+    MRC_QP_HINT_NUM_QPS_PER_PEER | MRC_QP_HINT_NUM_SEND_PEERS | MRC_QP_HINT_NUM_REMOTE_RECV_PEERS;
+
+}  // namespace
+
 MRC_EXPORT mrc_qp_hint* mrc_create_qp_hint(mrc_context* m, mrc_qp_hint_init_attr* init) {
-  if (!m || !init) {
+  if (!m || !init || !hint_counts_ok(init->attr, kHintCounts)) {
     errno = EINVAL;
     return nullptr;
   }
@@ -390,10 +409,7 @@ MRC_EXPORT int mrc_query_qp_hint(mrc_qp_hint* h, mrc_qp_hint_attr* attr, int mas
 }
 
 MRC_EXPORT int mrc_modify_qp_hint(mrc_qp_hint* h, mrc_qp_hint_attr* attr, int mask) {
-  if (!h || !attr) return errno = EINVAL, -1;
-  if ((mask & MRC_QP_HINT_NUM_QPS_PER_PEER) && attr->num_qps_per_peer < 0) return errno = EINVAL, -1;
-  if ((mask & MRC_QP_HINT_NUM_SEND_PEERS) && attr->num_send_peers < 0) return errno = EINVAL, -1;
-  if ((mask & MRC_QP_HINT_NUM_REMOTE_RECV_PEERS) && attr->num_remote_recv_peers < 0) return errno = EINVAL, -1;
+  if (!h || !attr || !hint_counts_ok(*attr, mask)) return errno = EINVAL, -1;
   if (mask & MRC_QP_HINT_NUM_QPS_PER_PEER) h->attr.num_qps_per_peer = attr->num_qps_per_peer;
   if (mask & MRC_QP_HINT_NUM_SEND_PEERS) h->attr.num_send_peers = attr->num_send_peers;
   if (mask & MRC_QP_HINT_NUM_REMOTE_RECV_PEERS) h->attr.num_remote_recv_peers = attr->num_remote_recv_peers;

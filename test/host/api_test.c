@@ -1121,6 +1121,44 @@ static void test_reg_mr_protections(void)
 }
 
 /*
+ * QP hint counts: a negative one is refused (EINVAL) at creation exactly as
+ * at modify, so no hint ever holds one.
+ */
+static void test_hint_counts(void)
+{
+	struct mrc_qp_hint_init_attr hia;
+	struct mrc_qp_hint_attr ha;
+	struct mrc_qp_hint *h;
+	int rc;
+
+	memset(&hia, 0, sizeof(hia));
+	hia.attr.num_send_peers = -1;
+	errno = 0;
+	h = mrc_create_qp_hint(A.mctx, &hia);
+	report(!h && errno == EINVAL, "mrc_create_qp_hint with num_send_peers = -1 is refused (EINVAL)",
+	       "returned %p, errno %d", (void *)h, errno);
+	if (h)
+		mrc_destroy_qp_hint(h);
+
+	hia.attr.num_send_peers = 4;
+	hia.attr.num_qps_per_peer = 2;
+	h = mrc_create_qp_hint(A.mctx, &hia);
+	if (api_ptr(h, "mrc_create_qp_hint with non-negative counts"))
+		return;
+	memset(&ha, 0, sizeof(ha));
+	ha.num_remote_recv_peers = -3;
+	errno = 0;
+	rc = mrc_modify_qp_hint(h, &ha, MRC_QP_HINT_NUM_REMOTE_RECV_PEERS);
+	report(rc == -1 && errno == EINVAL, "mrc_modify_qp_hint with num_remote_recv_peers = -3 is refused (EINVAL)",
+	       "rc %d, errno %d", rc, errno);
+	memset(&ha, 0, sizeof(ha));
+	mrc_query_qp_hint(h, &ha, MRC_QP_HINT_NUM_SEND_PEERS | MRC_QP_HINT_NUM_REMOTE_RECV_PEERS);
+	report(ha.num_send_peers == 4 && ha.num_remote_recv_peers == 0, "QP hint: a refused modify changes nothing",
+	       "num_send_peers %d, num_remote_recv_peers %d", ha.num_send_peers, ha.num_remote_recv_peers);
+	api(mrc_destroy_qp_hint(h), "mrc_destroy_qp_hint");
+}
+
+/*
  * A context outlives what was created through it: destroying it first is
  * refused (EBUSY), and the objects stay usable.
  */
@@ -1661,6 +1699,7 @@ int main(int argc, char **argv)
 	test_reg_mr_sizes();
 	test_fork_after_dereg();
 	test_context_in_use();
+	test_hint_counts();
 	test_reg_mr_protections();
 	test_allocators_and_isolation();
 	test_sq_accounting();
