@@ -436,8 +436,11 @@ MRC_EXPORT mrc_qp* mrc_create_qp(mrc_context* m, mrc_qp_init_attr* ia) {
   else if (cap.max_send_wr > c.info.max_sq_depth || cap.max_recv_wr > c.info.max_rq_depth)
     why = "queue too deep: the device allows " + std::to_string(c.info.max_sq_depth) + " send and " +
           std::to_string(c.info.max_rq_depth) + " receive WRs";
-  else if (ia->protocol_version != MRC_PROTOCOL_VERSION_0 && !(ia->protocol_version & kSupportedProtocols))
-    why = "unsupported MRC protocol version";
+  else if (const uint32_t pv = uint32_t(ia->protocol_version);
+           pv != MRC_PROTOCOL_VERSION_0 && (!std::has_single_bit(pv) || !(pv & kSupportedProtocols)))
+    // mrc.h: a QP asks for exactly one version bit (or 0); a set of them
+    // would leave the version spoken undefined.
+    why = "unsupported MRC protocol version (give one supported version bit, or 0)";
   if (!why.empty()) {
     complain("create QP: " + why);
     errno = EINVAL;

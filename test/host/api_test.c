@@ -1300,6 +1300,39 @@ static void test_close_device_in_use(void)
         api(mrc_destroy_context(m), "device in use: the last user, mrc_destroy_context, frees the context");
 }
 
+/*
+ * protocol_version names exactly one wire version (or 0): a QP asking for
+ * several at once is refused (EINVAL); one supported bit, or 0, is granted.
+ */
+static void test_protocol_version(void)
+{
+	struct mrc_qp_init_attr ia;
+	struct mrc_cq *cq;
+	struct mrc_qp *qp;
+
+	cq = mrc_create_cq(A.mctx, 16, NULL, NULL, 0);
+	if (step_ptr(cq, "protocol version", "mrc_create_cq"))
+		return;
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = ia.recv_cq = cq;
+	ia.pd = A.pd;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	ia.protocol_version = (enum mrc_protocol_version)(MRC_PROTOCOL_VERSION_1 | (1u << 1));
+	errno = 0;
+	qp = mrc_create_qp(A.mctx, &ia);
+	report(!qp && errno == EINVAL, "mrc_create_qp with two protocol version bits is refused (EINVAL)",
+	       "qp %p, errno %d", (void *)qp, errno);
+	if (qp)
+		mrc_destroy_qp(qp);
+	ia.protocol_version = MRC_PROTOCOL_VERSION_1;
+	qp = mrc_create_qp(A.mctx, &ia);
+	report(qp != NULL, "mrc_create_qp with MRC_PROTOCOL_VERSION_1 is granted", "errno %d", errno);
+	if (qp)
+		mrc_destroy_qp(qp);
+	mrc_destroy_cq(cq);
+}
+
 /* A QP as deep as ibv_query_device() says the device allows is granted. */
 static void test_max_qp_wr(void)
 {
@@ -1695,6 +1728,7 @@ int main(int argc, char **argv)
 	test_destroy_waits_for_ack();
 	test_close_device_in_use();
 	test_max_qp_wr();
+	test_protocol_version();
 	test_qpn_reuse();
 	test_reg_mr_sizes();
 	test_fork_after_dereg();
