@@ -198,6 +198,13 @@ Context* Context::open(Device* d) {
     return nullptr;
   }
   c->info = rs.device;
+  // Every GID lookup indexes info.gids by gid_count: a NIC reporting more
+  // than the table holds must not make us read past it.
+  if (c->info.gid_count > abi::kGidTableLen) {
+    complain(std::string("device ") + d->dev.name + " reports " + std::to_string(c->info.gid_count) +
+             " GIDs; using the first " + std::to_string(abi::kGidTableLen));
+    c->info.gid_count = abi::kGidTableLen;
+  }
   // Rings are powers of two, so a device limit of, say, 1000 WRs allows 512:
   // reported and checked as such, a request within it is always granted.
   c->info.max_sq_depth = std::bit_floor(c->info.max_sq_depth);
