@@ -151,6 +151,11 @@ Device* find_or_add_device(const std::string& name, const std::string& socket_pa
   return d;
 }
 
+std::string socket_path_of(const Device* d) {
+  std::lock_guard<std::mutex> g(g_devices_mu);
+  return d->socket_path;
+}
+
 Device* as_device(ibv_device* dev) {
   std::lock_guard<std::mutex> g(g_devices_mu);
   for (Device* d : g_devices)
@@ -179,10 +184,12 @@ Context* Context::open(Device* d) {
   }
   c->shell->self = c;
   c->device = d;
-  c->fd = connect_to(d->socket_path);
+  // Another thread listing devices may rewrite d->socket_path meanwhile.
+  const std::string path = socket_path_of(d);
+  c->fd = connect_to(path);
   if (c->fd < 0) {
     const int e = errno;
-    complain(std::string("cannot reach device ") + d->dev.name + " at " + d->socket_path + ": " + std::strerror(e) +
+    complain(std::string("cannot reach device ") + d->dev.name + " at " + path + ": " + std::strerror(e) +
              " (is its mrc-nic running?)");
     delete c;
     errno = ENODEV;
@@ -211,7 +218,7 @@ Context* Context::open(Device* d) {
   c->info.max_rq_depth = std::bit_floor(c->info.max_rq_depth);
   c->info.max_cq_depth = std::bit_floor(c->info.max_cq_depth);
   // The second connection carries async events; the token ties it to us.
-  c->events_fd = connect_to(d->socket_path);
+  c->events_fd = connect_to(path);
   if (c->events_fd >= 0) {
     abi::Request ev{};
     ev.op = abi::Op::events;

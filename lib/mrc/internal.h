@@ -45,13 +45,16 @@ void complain(const std::string& what);
 
 struct Device {
   ibv_device dev{};  // first: programs hold &dev
-  std::string socket_path;
+  std::string socket_path;  // under the device list's lock: a new listing may move it
 };
 
 // Devices by name, created once and kept for the process's life (verbs
 // programs may hold device pointers after freeing the list).
 Device* find_or_add_device(const std::string& name, const std::string& socket_path);
 Device* as_device(ibv_device* d);
+// A copy of d's socket path, taken under the lock find_or_add_device
+// rewrites it under.
+std::string socket_path_of(const Device* d);
 
 class Context;
 
