@@ -268,9 +268,12 @@ struct mrc_qp_attr {
 
 /*
  * Query/modify a QP, as ibv_query_qp()/ibv_modify_qp(), with both the verbs
- * and the MRC attribute sets. Port, RNR, alternate path, migration and RD
- * atomic attributes are not accepted, and the verbs timeout and retry count
- * are replaced by MRC_QP_TIMEOUT and MRC_QP_RETRY_CNT. With IBV_QP_AV the
+ * and the MRC attribute sets. Modify refuses (EINVAL) alternate path,
+ * migration, Q_Key, capability, SQD notify and rate limit attributes;
+ * IBV_QP_PORT is accepted only as port 1 and IBV_QP_PKEY_INDEX only as 0.
+ * The RNR, RD atomic and verbs timeout and retry count attributes are
+ * accepted and ignored, so RC verbs code runs unchanged: MRC_QP_TIMEOUT and
+ * MRC_QP_RETRY_CNT set the MRC timeout and retries. With IBV_QP_AV the
  * source GID is looked up on the context's verbs device.
  */
 int mrc_query_qp(struct mrc_qp *qp,
