@@ -1020,6 +1020,13 @@ void Nic::worker_loop(unsigned lcore) {
 
 void Nic::start() {
   if (running_.load()) return;
+  // Shard::call runs on the caller's thread while the workers are not
+  // running: with every shard's caller lock held, none is inside such a
+  // call when a worker starts, and later calls see running_ and use the
+  // mailbox.
+  std::vector<std::unique_lock<std::mutex>> callers;
+  for (auto& d : devices_)
+    for (auto& s : d->shards_) callers.emplace_back(s->mailbox_callers_);
   stop_.store(false);
   running_.store(true, std::memory_order_release);
   for (unsigned l : worker_lcores_) {
