@@ -283,7 +283,7 @@ struct Workload::Impl {
       Flow f;
       f.index = q;
       f.shard = shards[q % shards.size()].get();
-      f.qpn = f.shard->engine().create_qp(1, b.qp_caps);
+      f.shard->call([&] { f.qpn = f.shard->engine().create_qp(1, b.qp_caps); });
       if (!f.qpn) return fmt::format("workload: device {} is out of QPs", from->name());
       f.messages = total == UINT64_MAX ? UINT64_MAX : total / wl.qps + (q < total % wl.qps ? 1 : 0);
       // Fewer messages than QPs: a QP with none has no completion to
@@ -311,7 +311,7 @@ struct Workload::Impl {
       Target t;
       t.index = q;
       t.shard = shards[q % shards.size()].get();
-      t.qpn = t.shard->engine().create_qp(1, b.qp_caps);
+      t.shard->call([&] { t.qpn = t.shard->engine().create_qp(1, b.qp_caps); });
       if (!t.qpn) return fmt::format("workload: device {} is out of QPs", to->name());
       targets.push_back(t);
     }
@@ -332,12 +332,16 @@ struct Workload::Impl {
     for (auto& r : a.remote)
       for (auto& n : b.neighbours)
         if (n.ip == r.ip) r.mac = n.mac;
-    auto& e = s.engine();
-    const Nanos now = nic.now();
-    for (auto st : {engine::QpState::init, engine::QpState::rtr, engine::QpState::rts})
-      if (e.modify_qp(qpn, st, a, now) != engine::ModifyError::ok)
-        return fmt::format("workload: QP {} cannot move to {}", qpn, engine::qp_state_name(st));
-    return {};
+    std::string err;
+    s.call([&] {
+      const Nanos now = nic.now();
+      for (auto st : {engine::QpState::init, engine::QpState::rtr, engine::QpState::rts})
+        if (s.engine().modify_qp(qpn, st, a, now) != engine::ModifyError::ok) {
+          err = fmt::format("workload: QP {} cannot move to {}", qpn, engine::qp_state_name(st));
+          return;
+        }
+    });
+    return err;
   }
 
   static std::array<engine::PlaneAddr, engine::kMaxPlanes> addrs(dp::Device& d) {
@@ -478,7 +482,9 @@ struct Workload::Impl {
     if (!imm) return;
     for (auto& t : targets) {
       dp::Shard* s = t.shard;
-      for (uint32_t k = 0; k < wl.depth; ++k) s->engine().post_recv(t.qpn, engine::RecvWr{k});
+      s->call([&] {
+        for (uint32_t k = 0; k < wl.depth; ++k) s->engine().post_recv(t.qpn, engine::RecvWr{k});
+      });
     }
   }
 

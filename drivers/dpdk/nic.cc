@@ -512,6 +512,10 @@ void Shard::call(const std::function<void()>& fn) {
   }
 }
 
+void Shard::set_app(ShardApp* app) {
+  call([&] { app_ = app; });
+}
+
 std::vector<EvEventRecord> Shard::ev_events() const {
   const auto& log = impl_->ev_log;
   std::vector<EvEventRecord> out;

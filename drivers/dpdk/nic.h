@@ -100,10 +100,13 @@ class Shard {
   uint32_t index() const { return index_; }
   unsigned lcore() const { return lcore_; }
   engine::Engine& engine() { return *eng_; }
-  void set_app(ShardApp* app) { app_ = app; }
+  // Through call(): a call's direct path reads app_ on the caller's thread.
+  void set_app(ShardApp* app);
 
   // Runs `fn` on this shard's lcore (at once when workers are not running)
-  // and waits for it. For control and telemetry, never the fast path.
+  // and waits for it. For control and telemetry, never the fast path. Every
+  // engine access from another thread goes through here, even before
+  // start(): telemetry may call at any time.
   void call(const std::function<void()>& fn);
 
   // The lcore loop's body for this shard; returns the work done (frames).
