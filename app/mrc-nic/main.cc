@@ -284,6 +284,18 @@ int run(int argc, char** argv) {
     fmt::print(stderr, "mrc-nic: {}\n", e.what());
     return 1;
   }
+  std::unique_ptr<nicapp::Workload> wl;
+  std::unique_ptr<dp::HostService> host;
+  // However run() ends, an exception included: telemetry lets go of the
+  // Nic and the workers stop before host and wl (the apps the workers call)
+  // and the Nic are destroyed.
+  struct Teardown {
+    dp::Nic& nic;
+    ~Teardown() {
+      dp::unregister_telemetry();
+      nic.stop();
+    }
+  } teardown{*nic};
   for (auto& d : nic->devices())
     for (uint32_t p = 0; p < d->num_planes(); ++p)
       fmt::print(stderr, "mrc-nic: {} plane {}: port {} mac {} ip {} lcores {}\n", d->name(), p,
@@ -297,18 +309,15 @@ int run(int argc, char** argv) {
     if (!down.empty())
       fmt::print(stderr, "mrc-nic: after {} s these ports are still down: {}\n", o.link_wait, fmt::join(down, ", "));
   }
-  std::unique_ptr<nicapp::Workload> wl;
   if (!o.wl.op.empty()) {
     wl = std::make_unique<nicapp::Workload>(*nic, o, b);
     if (err = wl->setup(); !err.empty()) {
       fmt::print(stderr, "mrc-nic: {}\n", err);
-      dp::unregister_telemetry();
       return 1;
     }
   }
   for (auto& d : nic->devices())
     for (const auto& n : b.neighbours) d->add_static_neighbour(n.ip, n.mac);
-  std::unique_ptr<dp::HostService> host;
   if (!wl && o.host) {
     dp::HostOptions ho;
     ho.run_dir = o.run_dir.empty() ? host::abi::run_dir(getuid()) : o.run_dir;
@@ -320,7 +329,6 @@ int run(int argc, char** argv) {
       host = std::make_unique<dp::HostService>(*nic, ho);
     } catch (const std::exception& e) {
       fmt::print(stderr, "mrc-nic: {}\n", e.what());
-      dp::unregister_telemetry();
       return 1;
     }
     host->start();
@@ -393,8 +401,6 @@ int run(int argc, char** argv) {
   // Telemetry keeps answering (from the stopped datapath's state).
   for (const double until = elapsed() + o.linger; !g_signal && elapsed() < until;)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  dp::unregister_telemetry();
-  nic.reset();
   return result && !(result->integrity_ok && result->completions_ok) ? 3 : 0;
 }
 
@@ -406,6 +412,8 @@ int main(int argc, char** argv) {
     rc = run(argc, argv);
   } catch (const std::bad_alloc&) {  // sizes are checked up front; this is what they missed
     fmt::print(stderr, "mrc-nic: out of memory\n");
+  } catch (const std::exception& e) {  // e.g. Nic::start() could not launch a worker
+    fmt::print(stderr, "mrc-nic: {}\n", e.what());
   }
   dp::eal_cleanup();
   return rc;

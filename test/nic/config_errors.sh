@@ -67,6 +67,25 @@ expect "no-such-key" --config "$work/bad.conf"
 printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nretry-exp = 26\n' >"$work/bad2.conf"
 expect "retry-exp" --config "$work/bad2.conf"
 
+# A worker that cannot be launched (forced under gdb: the EAL offers no way
+# to hold a configured lcore busy) is a clear error and a non-zero exit, not
+# std::terminate. The first rte_eal_remote_launch is the EAL's own (lcore 1).
+if command -v gdb >/dev/null; then
+  rc=0
+  out=$(timeout 60 gdb -q -batch -ex 'set confirm off' -ex 'break rte_eal_remote_launch' -ex 'ignore 1 1' -ex run \
+    -ex 'return (int)-16' -ex continue -ex 'info program' --args "$nic" "${eal[@]}" -- "${good[@]}" --duration 0.2 \
+    --link-wait 0 2>&1) || rc=$?
+  if [ $rc -ne 0 ] || ! grep -qF "mrc-nic: cannot launch a worker on lcore 1" <<<"$out" ||
+    ! grep -qF "exited with code 01" <<<"$out"; then
+    echo "FAIL: worker launch failure -> rc=$rc: $(grep -E 'mrc-nic:|terminate|exited|signal' <<<"$out" | tail -n 3)"
+    failures=$((failures + 1))
+  else
+    echo "ok: worker launch failure -> $(grep -F 'cannot launch' <<<"$out")"
+  fi
+else
+  echo "skip: worker launch failure (no gdb)"
+fi
+
 # And a good configuration starts and stops cleanly.
 if ! "$nic" "${eal[@]}" -- "${good[@]}" --duration 0.2 --link-wait 0 >/dev/null 2>"$work/good.log"; then
   echo "FAIL: a good configuration did not run: $(tail -n 3 "$work/good.log")"
