@@ -10,7 +10,7 @@ packages=(
   libfmt-dev libcli11-dev catch2 libisal-dev libibverbs-dev
   python3 python3-pyelftools python3-scapy tshark
   clang libclang-rt-14-dev
-  iproute2 time
+  iproute2 time gdb
 )
 
 missing=()
