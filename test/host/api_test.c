@@ -1037,6 +1037,15 @@ static void test_sq_accounting(void)
 	destroy_pair(&p);
 }
 
+/* Fresh anonymous pages no registration has touched; NULL (reported) if none. */
+static uint8_t* fresh_pages(size_t len, int prot, const char* tag) {
+  uint8_t* p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+  if (p != MAP_FAILED) return p;
+  report(0, tag, "mmap of %zu bytes failed", len);
+  return NULL;
+}
+
 /*
  * Registrations the device can never hold are refused with EINVAL before
  * the library sizes anything by them.
@@ -1044,14 +1053,11 @@ static void test_sq_accounting(void)
 static void test_reg_mr_sizes(void)
 {
 	/* A page no registration has touched: the size checks come first. */
-	uint8_t *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct ibv_mr *mr;
+        uint8_t* p = fresh_pages(4096, PROT_READ | PROT_WRITE, "reg_mr sizes: a fresh page");
+        struct ibv_mr *mr;
 
-	if (p == MAP_FAILED) {
-		report(0, "reg_mr sizes: a fresh page", "mmap failed");
-		return;
-	}
-	errno = 0;
+        if (!p) return;
+        errno = 0;
 	mr = ibv_reg_mr(A.pd, p, (size_t)1 << 60, IBV_ACCESS_LOCAL_WRITE);
 	report(!mr && errno == EINVAL, "ibv_reg_mr of 2^60 bytes is refused (EINVAL)",
 	       "mr %p, errno %d", (void *)mr, errno);
@@ -1073,51 +1079,42 @@ static void test_reg_mr_sizes(void)
  */
 static void test_reg_mr_protections(void)
 {
-	uint8_t *none = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	uint8_t *ro = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct ibv_mr *mr;
-	char line[512];
-	unsigned long lo, hi;
-	char perms[5] = "";
-	FILE *f;
+  uint8_t* none = fresh_pages(8192, PROT_NONE, "reg_mr protections: a PROT_NONE buffer");
+  uint8_t* ro = fresh_pages(8192, PROT_READ | PROT_WRITE, "reg_mr protections: a buffer to make read-only");
+  struct ibv_mr* mr;
+  char line[512];
+  unsigned long lo, hi;
+  char perms[5] = "";
+  FILE* f;
 
-	if (none == MAP_FAILED || ro == MAP_FAILED) {
-		report(0, "reg_mr protections: buffers", "mmap failed");
-		return;
-	}
-	errno = 0;
-	mr = ibv_reg_mr(A.pd, none, 8192, IBV_ACCESS_LOCAL_WRITE);
-	report(!mr && errno == EFAULT, "ibv_reg_mr of PROT_NONE memory is refused (EFAULT)",
-	       "mr %p, errno %d", (void *)mr, errno);
-	if (mr)
-		ibv_dereg_mr(mr);
+  if (!none || !ro) return;
+  errno = 0;
+  mr = ibv_reg_mr(A.pd, none, 8192, IBV_ACCESS_LOCAL_WRITE);
+  report(!mr && errno == EFAULT, "ibv_reg_mr of PROT_NONE memory is refused (EFAULT)", "mr %p, errno %d", (void*)mr,
+         errno);
+  if (mr) ibv_dereg_mr(mr);
 
-	memset(ro, 0x3c, 8192);
-	mprotect(ro, 8192, PROT_READ);
-	errno = 0;
-	mr = ibv_reg_mr(A.pd, ro, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	report(!mr && errno == EFAULT, "ibv_reg_mr of read-only memory for writes is refused (EFAULT)",
-	       "mr %p, errno %d", (void *)mr, errno);
-	if (mr)
-		ibv_dereg_mr(mr);
+  memset(ro, 0x3c, 8192);
+  mprotect(ro, 8192, PROT_READ);
+  errno = 0;
+  mr = ibv_reg_mr(A.pd, ro, 8192, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  report(!mr && errno == EFAULT, "ibv_reg_mr of read-only memory for writes is refused (EFAULT)", "mr %p, errno %d",
+         (void*)mr, errno);
+  if (mr) ibv_dereg_mr(mr);
 
-	mr = ibv_reg_mr(A.pd, ro, 8192, 0);
-	report(mr != NULL, "ibv_reg_mr of read-only memory for reads only", "errno %d", errno);
-	report(ro[0] == 0x3c && ro[8191] == 0x3c, "read-only memory keeps its contents when registered",
-	       "bytes 0x%02x 0x%02x", ro[0], ro[8191]);
-	f = fopen("/proc/self/maps", "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && lo <= (uintptr_t)ro &&
-		    (uintptr_t)ro < hi)
-			break;
-	if (f)
-		fclose(f);
-	report(perms[0] == 'r' && perms[1] == '-', "read-only memory stays read-only when registered",
-	       "mapping is %s", perms);
-	if (mr)
-		ibv_dereg_mr(mr);
-	munmap(none, 8192);
-	munmap(ro, 8192);
+  mr = ibv_reg_mr(A.pd, ro, 8192, 0);
+  report(mr != NULL, "ibv_reg_mr of read-only memory for reads only", "errno %d", errno);
+  report(ro[0] == 0x3c && ro[8191] == 0x3c, "read-only memory keeps its contents when registered",
+         "bytes 0x%02x 0x%02x", ro[0], ro[8191]);
+  f = fopen("/proc/self/maps", "r");
+  while (f && fgets(line, sizeof(line), f))
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) == 3 && lo <= (uintptr_t)ro && (uintptr_t)ro < hi) break;
+  if (f) fclose(f);
+  report(perms[0] == 'r' && perms[1] == '-', "read-only memory stays read-only when registered", "mapping is %s",
+         perms);
+  if (mr) ibv_dereg_mr(mr);
+  munmap(none, 8192);
+  munmap(ro, 8192);
 }
 
 /*
@@ -1238,18 +1235,15 @@ static void fork_and_touch(uint8_t *b, const char *what)
 
 static void test_fork_after_dereg(void)
 {
-	uint8_t *b = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	struct ibv_mr *mr;
+  uint8_t* b = fresh_pages(8192, PROT_READ | PROT_WRITE, "fork after dereg: buffer");
+  struct ibv_mr* mr;
 
-	if (b == MAP_FAILED) {
-		report(0, "fork after dereg: buffer", "mmap failed");
-		return;
-	}
-	memset(b, 0x42, 8192);
-	mr = ibv_reg_mr(A.pd, b, 8192, IBV_ACCESS_LOCAL_WRITE);
-	if (step_ptr(mr, "fork after dereg", "ibv_reg_mr") || step(ibv_dereg_mr(mr), "fork after dereg", "ibv_dereg_mr")) {
-		munmap(b, 8192);
-		return;
+  if (!b) return;
+  memset(b, 0x42, 8192);
+  mr = ibv_reg_mr(A.pd, b, 8192, IBV_ACCESS_LOCAL_WRITE);
+  if (step_ptr(mr, "fork after dereg", "ibv_reg_mr") || step(ibv_dereg_mr(mr), "fork after dereg", "ibv_dereg_mr")) {
+    munmap(b, 8192);
+    return;
 	}
 	fork_and_touch(b, "a deregistered region");
 	/* The device refuses remote write without local write. */

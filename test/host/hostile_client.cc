@@ -18,17 +18,11 @@
 #include <string>
 
 #include "host/abi.h"
+#include "tap.h"
 
 namespace abi = mrc::host::abi;
 
 namespace {
-
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("%s - %s\n", ok ? "ok" : "not ok", what.c_str());
-  if (!ok) ++failures;
-}
 
 int connect_to(const std::string& path) {
   sockaddr_un sa{};
@@ -389,6 +383,6 @@ int main(int argc, char** argv) {
     check(call(b.fd, rq).err == EBUSY, "destroying a CQ QPs still use is refused (EBUSY)");
   }
   // Leave everything behind: the NIC reclaims it when we exit.
-  std::printf("# %d failed\n", failures);
-  return failures ? 1 : 0;
+  std::printf("# %d failed\n", n_fail);
+  return n_fail ? 1 : 0;
 }

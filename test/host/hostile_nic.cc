@@ -21,17 +21,11 @@
 #include <vector>
 
 #include "host/abi.h"
+#include "tap.h"
 
 namespace abi = mrc::host::abi;
 
 namespace {
-
-int failures = 0;
-
-void check(bool ok, const std::string& what) {
-  std::printf("%s - %s\n", ok ? "ok" : "not ok", what.c_str());
-  if (!ok) ++failures;
-}
 
 constexpr uint32_t kClaimedGids = 1000;  // far beyond abi::kGidTableLen
 
@@ -122,6 +116,6 @@ int main(int argc, char** argv) {
     ibv_close_device(ctx);
   }
   if (list) ibv_free_device_list(list);
-  std::printf("# %d failed\n", failures);
-  return failures ? 1 : 0;
+  std::printf("# %d failed\n", n_fail);
+  return n_fail ? 1 : 0;
 }

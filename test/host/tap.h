@@ -31,6 +31,11 @@ report(int pass, const char *what, const char *fmt, ...)
 	fflush(stdout);
 }
 
+#ifdef __cplusplus
+#include <string>
+static inline void check(bool pass, const std::string& what) { report(pass, what.c_str(), "%s", "failed"); }
+#endif
+
 static inline double now_ms(void)
 {
 	struct timespec ts;

@@ -123,6 +123,15 @@ memif_pair() { # extra client args...
   client_prefix="${prefix}c"
 }
 
+# Waits up to TENTHS tenths of a second for FILE to fill, or for PID to exit.
+wait_for_output() { # file pid tenths
+  for _ in $(seq 1 "$3"); do
+    [ -s "$1" ] && return
+    kill -0 "$2" 2>/dev/null || return
+    sleep 0.1
+  done
+}
+
 wait_ok() { # pid name
   local rc=0
   wait "$1" || rc=$?
@@ -162,11 +171,7 @@ EOF
   memif-plane-down)
     memif_pair --link-event "mrc0:1 down at-ms=20" --linger 10
     # Once the client has printed its summary it lingers: ask its telemetry.
-    for _ in $(seq 1 600); do
-      [ -s "$work/client.json" ] && break
-      kill -0 "$client_pid" 2>/dev/null || break
-      sleep 0.1
-    done
+    wait_for_output "$work/client.json" "$client_pid" 600
     [ -s "$work/client.json" ] || fail "the client printed no summary"
     echo /mrc/planes | timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$client_prefix" >"$work/planes.json" 2>&1 ||
       { cat "$work/planes.json" >&2; fail "dpdk-telemetry.py failed"; }
@@ -260,11 +265,7 @@ EOF
       --wl-size 4k --wl-bytes 4096 --linger 10 >"$work/few.json" 2>"$work/few.log" &
     pids+=($!)
     few_pid=$!
-    for _ in $(seq 1 100); do
-      [ -s "$work/few.json" ] && break
-      kill -0 "$few_pid" 2>/dev/null || break
-      sleep 0.1
-    done
+    wait_for_output "$work/few.json" "$few_pid" 100
     [ -s "$work/few.json" ] || fail "fewer messages than QPs: no summary within 10 s"
     # While it lingers: telemetry parameters out of range get an error or an empty page.
     printf '%s\n' /mrc/evs,mrc0:16,18446744073709551615 /mrc/evs,mrc0:16,18446744073709551600 /mrc/qp,mrc0:16,x |
