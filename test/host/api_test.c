@@ -1155,6 +1155,19 @@ static void test_hint_counts(void)
 	api(mrc_destroy_qp_hint(h), "mrc_destroy_qp_hint");
 }
 
+/* Destroying m with `what` alive must fail with EBUSY; false if it did not (m is gone). */
+static int destroy_refused(struct mrc_context *m, const char *what)
+{
+	char msg[128];
+	int rc;
+
+	errno = 0;
+	rc = mrc_destroy_context(m);
+	snprintf(msg, sizeof(msg), "mrc_destroy_context with a live %s is refused (EBUSY)", what);
+	report(rc == -1 && errno == EBUSY, msg, "rc %d, errno %d", rc, errno);
+	return rc != 0;
+}
+
 /*
  * A context outlives what was created through it: destroying it first is
  * refused (EBUSY), and the objects stay usable.
@@ -1166,7 +1179,6 @@ static void test_context_in_use(void)
 	struct mrc_qp_hint_init_attr hia;
 	struct mrc_qp_hint *h;
 	struct mrc_cq *cq;
-	int rc;
 
 	if (api_ptr(m, "context in use: a second mrc_context"))
 		return;
@@ -1175,31 +1187,19 @@ static void test_context_in_use(void)
 		mrc_destroy_context(m);
 		return;
 	}
-	errno = 0;
-	rc = mrc_destroy_context(m);
-	report(rc == -1 && errno == EBUSY, "mrc_destroy_context with a live CQ is refused (EBUSY)",
-	       "rc %d, errno %d", rc, errno);
-	if (rc == 0)
+	if (!destroy_refused(m, "CQ"))
 		return;	/* the CQ now points at freed memory */
 	api(mrc_destroy_cq(cq), "context in use: mrc_destroy_cq after the refusal");
 
 	memset(&hia, 0, sizeof(hia));
 	h = mrc_create_qp_hint(m, &hia);
 	if (h) {
-		errno = 0;
-		rc = mrc_destroy_context(m);
-		report(rc == -1 && errno == EBUSY, "mrc_destroy_context with a live QP hint is refused (EBUSY)",
-		       "rc %d, errno %d", rc, errno);
-		if (rc == 0)
+		if (!destroy_refused(m, "QP hint"))
 			return;
 		mrc_destroy_qp_hint(h);
 	}
 	if (mrc_create_comp_channel(m, &ch) == 0) {
-		errno = 0;
-		rc = mrc_destroy_context(m);
-		report(rc == -1 && errno == EBUSY, "mrc_destroy_context with a live channel is refused (EBUSY)",
-		       "rc %d, errno %d", rc, errno);
-		if (rc == 0)
+		if (!destroy_refused(m, "channel"))
 			return;
 		mrc_destroy_comp_channel(ch);
 	}
