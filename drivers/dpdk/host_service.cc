@@ -748,6 +748,10 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
   d.max_wimm_dest = 1024;
   d.max_mpr = wire::kMaxMpr;
   d.mpr_resolution = 1;
+  // modify_qp to RTR may wait out the ARP/ND timeout on every plane (a
+  // slow peer answers each just in time); a second of slack on top.
+  d.slowest_request_ms =
+      uint32_t(std::min(o.resolve_timeout_s * dev.num_planes(), 3600.0 * abi::kMaxPlanes) * 1000) + 1000;
   d.transport = dev.spec().engine.transport == engine::Transport::mrc ? 0 : 1;
   d.events_token = c.token;
   return {};

@@ -20,7 +20,7 @@
 
 namespace mrc::host::abi {
 
-inline constexpr uint32_t kAbiVersion = 3;
+inline constexpr uint32_t kAbiVersion = 4;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kPage = 4096;
 inline constexpr uint32_t kMaxPlanes = 16;
@@ -166,6 +166,10 @@ struct DeviceInfo {
   uint8_t transport;  // 0 mrc, 1 roce
   uint8_t reserved;
   uint64_t events_token;  // proves the events connection belongs to this client
+  // The longest a request may take by design (ARP/ND waits), on top of the
+  // client's own command timeout: a device slower than both counts as failed.
+  uint32_t slowest_request_ms;
+  uint32_t reserved2;
 };
 
 struct PortInfo {

@@ -1,6 +1,7 @@
 // Contexts on mrc-nic devices: the control connection, and memory
 // registration by remapping the program's pages onto shared memory.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -8,6 +9,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
+#include <climits>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +34,24 @@ void complain(const std::string& what) {
   if (!quiet) std::fprintf(stderr, "lib_mrc: %s\n", what.c_str());
 }
 
+uint64_t command_timeout_ms() {
+  static const uint64_t ms = [] {
+    constexpr uint64_t kDefault = 60000;  // a kernel driver's firmware command timeout (mlx5's)
+    const char* v = std::getenv("MRC_CMD_TIMEOUT_MS");
+    if (!v || !*v) return kDefault;
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long n = std::strtoull(v, &end, 10);
+    if (errno || *end || *v == '-' || n > uint64_t(INT32_MAX)) {
+      complain(std::string("MRC_CMD_TIMEOUT_MS=") + v + " is not a count of milliseconds up to 2147483647; using " +
+               std::to_string(kDefault));
+      return kDefault;
+    }
+    return uint64_t(n);
+  }();
+  return ms;
+}
+
 namespace {
 
 std::mutex g_devices_mu;
@@ -41,9 +62,25 @@ int connect_to(const std::string& path) {
   sa.sun_family = AF_UNIX;
   if (path.size() >= sizeof sa.sun_path) return -1;
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  // Non-blocking: a NIC too stopped to accept (its backlog full) would
+  // block a plain connect for ever. Retried up to the command timeout.
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+  const uint64_t limit_ms = command_timeout_ms();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+  while (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    int e = errno;
+    if (e == EAGAIN && (!limit_ms || std::chrono::steady_clock::now() < until)) {
+      usleep(1000);
+      continue;
+    }
+    if (e == EAGAIN) e = ETIMEDOUT;
+    close(fd);
+    errno = e;
+    return -1;
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
     const int e = errno;
     close(fd);
     errno = e;
@@ -248,12 +285,14 @@ Context::~Context() {
 int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds, std::span<const uint8_t> payload,
                   std::vector<uint8_t>* reply) {
   std::lock_guard<std::mutex> g(mu);
+  if (gone) return EIO;
   rq.payload_len = uint32_t(payload.size());
   if (!send_request(fd, rq, fds, nfds, payload)) {
     complain(std::string("device ") + device->dev.name + " went away");
     gone = true;
     return EIO;
   }
+  if (const int e = await_reply(rq); e) return e;
   rx.resize(sizeof rs + abi::kMaxPayload);
   ssize_t n;
   do n = recv(fd, rx.data(), rx.size(), 0);
@@ -271,6 +310,37 @@ int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds,
     complain(std::string(device->dev.name) + ": " + rs.message);
   }
   return rs.err;
+}
+
+int Context::await_reply(const abi::Request& rq) {
+  const uint64_t base_ms = command_timeout_ms();
+  if (!base_ms) return 0;
+  // What the request may take by design comes on top: the device's own
+  // waits, and an endpoint batch's wait for its answers.
+  uint64_t limit_ms = base_ms + info.slowest_request_ms;
+  if (rq.op == abi::Op::ctl_ep_send) limit_ms += rq.ctl_ep.timeout_ns / 1000000 + 1;
+  using Clock = std::chrono::steady_clock;
+  const auto until = Clock::now() + std::chrono::milliseconds(limit_ms);
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    pollfd p{fd, POLLIN, 0};
+    const int r = left > 0 ? poll(&p, 1, int(std::min<int64_t>(left, INT32_MAX))) : 0;
+    if (r > 0) return 0;  // a reply, or a hang-up that recv reports
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return errno;
+    if (left > 0) continue;
+    // A stopped or wedged NIC. Its late reply would answer the next
+    // request, so the device is failed from here on, as a kernel driver
+    // does after a firmware command timeout. Shutting our ends down wakes
+    // every waiter (CQ events see the hang-up, async events DEVICE_FATAL),
+    // and the NIC reclaims our objects when it reads the hang-up.
+    complain(std::string("device ") + device->dev.name + " did not answer within " + std::to_string(limit_ms) +
+             " ms (MRC_CMD_TIMEOUT_MS); treating it as failed");
+    gone = true;
+    shutdown(fd, SHUT_RDWR);
+    if (events_fd >= 0) shutdown(events_fd, SHUT_RDWR);
+    return ETIMEDOUT;
+  }
 }
 
 int Context::release(abi::Request& rq) {

@@ -42,6 +42,9 @@ struct SpinGuard {
 int fail(int err);
 // Prints why a call failed (MRC_QUIET=1 silences it).
 void complain(const std::string& what);
+// How long a control call waits for the device beyond what the request may
+// take by design: MRC_CMD_TIMEOUT_MS, 60 s by default; 0 waits for ever.
+uint64_t command_timeout_ms();
 
 struct Device {
   ibv_device dev{};  // first: programs hold &dev
@@ -106,7 +109,7 @@ class Context {
   // dead NIC holds nothing of ours and the program must still free its
   // side of the object.
   int release(abi::Request& rq);
-  std::atomic<bool> gone{false};  // the control connection broke
+  std::atomic<bool> gone{false};  // the control connection broke, or the device stopped answering
   // The open ibv_context, its PDs and its mrc_contexts each hold one: the
   // last to go frees the context. ibv_close_device with PDs still
   // allocated succeeds, as in verbs, and they stay usable until freed.
@@ -115,6 +118,10 @@ class Context {
   void unref() {
     if (users.fetch_sub(1) == 1) delete this;
   }
+
+  // Waits for the reply to rq up to the command timeout; ETIMEDOUT (and
+  // the device failed) past it.
+  int await_reply(const abi::Request& rq);
 
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);

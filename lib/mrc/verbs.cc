@@ -46,9 +46,11 @@ bool alive(const std::string& path) {
   sa.sun_family = AF_UNIX;
   if (path.size() >= sizeof sa.sun_path) return false;
   std::memcpy(sa.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  // Non-blocking: a listener with a full backlog (a stopped NIC) is
+  // there, and must not block the listing.
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return false;
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0;
+  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0 || errno == EAGAIN;
   close(fd);
   return ok;
 }

@@ -1,12 +1,18 @@
 /*
- * death_test: what a program sees when its mrc-nic dies under it.
+ * death_test: what a program sees when its mrc-nic dies or stops under it.
  *
- *   death_test DEV NIC_PID
+ *   death_test DEV NIC_PID [kill|stop]
  *
  * Sets up a context, a completion channel with an armed CQ, a QP and an MR,
  * blocks a thread in mrc_get_cq_event(), then kills the NIC (SIGKILL) and
  * checks that every call fails or reports the loss promptly instead of
- * hanging or crashing, and that every object can still be destroyed. Each check prints "ok - ..." or "not ok - ...".
+ * hanging or crashing, and that every object can still be destroyed.
+ *
+ * With "stop" the NIC is stopped (SIGSTOP) instead: the next control call
+ * fails with ETIMEDOUT after the command timeout (MRC_CMD_TIMEOUT_MS, which
+ * the caller sets short), the device then counts as failed as above, and
+ * once the NIC runs again (SIGCONT) a new context works. Each check prints
+ * "ok - ..." or "not ok - ...".
  */
 #define _GNU_SOURCE
 
@@ -61,13 +67,20 @@ int main(int argc, char **argv)
 	pthread_t t;
 	double end;
 	pid_t nic;
-	int n = 0, i, rc;
+	int n = 0, i, rc, stop, err;
+	const char *limit_env = getenv("MRC_CMD_TIMEOUT_MS");
+	double t0, took, limit_ms = limit_env ? atof(limit_env) : 0;
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: %s DEV NIC_PID\n", argv[0]);
+	if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "kill") && strcmp(argv[3], "stop"))) {
+		fprintf(stderr, "usage: %s DEV NIC_PID [kill|stop]\n", argv[0]);
 		return 1;
 	}
 	nic = (pid_t)atoi(argv[2]);
+	stop = argc == 4 && strcmp(argv[3], "stop") == 0;
+	if (stop && !(limit_ms > 0)) {
+		fprintf(stderr, "%s: stop needs MRC_CMD_TIMEOUT_MS set\n", argv[0]);
+		return 1;
+	}
 	list = ibv_get_device_list(&n);
 	for (i = 0; list && i < n; i++)
 		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
@@ -107,34 +120,48 @@ int main(int argc, char **argv)
 	report(!__atomic_load_n(&waiter_done, __ATOMIC_ACQUIRE), "mrc_get_cq_event blocks while the NIC runs",
 	       "returned %d, errno %d", waiter_rc, waiter_errno);
 
-	if (kill(nic, SIGKILL)) {
-		report(0, "kill the NIC", "pid %d: %s", (int)nic, strerror(errno));
+	if (kill(nic, stop ? SIGSTOP : SIGKILL)) {
+		report(0, stop ? "stop the NIC" : "kill the NIC", "pid %d: %s", (int)nic, strerror(errno));
 		return 1;
+	}
+	if (stop) {
+		/* The stopped NIC still holds its sockets: only a timeout ends a call. */
+		t0 = now_ms();
+		errno = 0;
+		pd2 = ibv_alloc_pd(ctx);
+		err = errno;
+		took = now_ms() - t0;
+		report(!pd2 && err == ETIMEDOUT, "ibv_alloc_pd on a stopped NIC fails with ETIMEDOUT",
+		       "pd %p, errno %d", (void *)pd2, err);
+		/* The limit adds the device's own ARP/ND allowance, a few seconds. */
+		report(took >= limit_ms && took < limit_ms + 30000, "it fails after the command timeout",
+		       "took %.0f ms against MRC_CMD_TIMEOUT_MS=%.0f", took, limit_ms);
+		printf("# the call on the stopped NIC returned after %.0f ms\n", took);
 	}
 	end = now_ms() + WAIT_MS;
 	while (!__atomic_load_n(&waiter_done, __ATOMIC_ACQUIRE) && now_ms() < end)
 		usleep(10 * 1000);
 	if (!__atomic_load_n(&waiter_done, __ATOMIC_ACQUIRE)) {
-		report(0, "a blocked mrc_get_cq_event returns when the NIC dies", "still blocked after %d ms",
+		report(0, "a blocked mrc_get_cq_event returns when the device fails", "still blocked after %d ms",
 		       WAIT_MS);
 		printf("# %d passed, %d failed\n", n_pass, n_fail);
 		fflush(stdout);
 		_exit(1);	/* the thread cannot be joined */
 	}
 	pthread_join(t, NULL);
-	report(waiter_rc == -1 && waiter_errno == EIO, "a blocked mrc_get_cq_event fails with EIO when the NIC dies",
+	report(waiter_rc == -1 && waiter_errno == EIO, "a blocked mrc_get_cq_event fails with EIO when the device fails",
 	       "returned %d, errno %d", waiter_rc, waiter_errno);
 
 	errno = 0;
 	pd2 = ibv_alloc_pd(ctx);
-	report(!pd2 && errno == EIO, "ibv_alloc_pd after the NIC died fails with EIO", "pd %p, errno %d",
+	report(!pd2 && errno == EIO, "ibv_alloc_pd after the device failed fails with EIO", "pd %p, errno %d",
 	       (void *)pd2, errno);
 	errno = 0;
 	cq2 = mrc_create_cq(m, 16, NULL, NULL, 0);
-	report(!cq2 && errno == EIO, "mrc_create_cq after the NIC died fails with EIO", "cq %p, errno %d",
+	report(!cq2 && errno == EIO, "mrc_create_cq after the device failed fails with EIO", "cq %p, errno %d",
 	       (void *)cq2, errno);
 	rc = mrc_poll_cq(cq, 1, &wc);
-	report(rc == 0, "mrc_poll_cq after the NIC died finds nothing", "returned %d", rc);
+	report(rc == 0, "mrc_poll_cq after the device failed finds nothing", "returned %d", rc);
 	memset(&ev, 0, sizeof(ev));
 	rc = mrc_get_async_event(m, &ev);
 	report(rc == 0 && ev.event_type == IBV_EVENT_DEVICE_FATAL,
@@ -144,23 +171,42 @@ int main(int argc, char **argv)
 	/* The NIC holds nothing of ours any more: the program frees its side. */
 	errno = 0;
 	rc = mrc_destroy_qp(qp);
-	report(rc == 0, "mrc_destroy_qp after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "mrc_destroy_qp after the device failed", "returned %d, errno %d", rc, errno);
 	errno = 0;
 	rc = mrc_destroy_cq(cq);
-	report(rc == 0, "mrc_destroy_cq after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "mrc_destroy_cq after the device failed", "returned %d, errno %d", rc, errno);
 	errno = 0;
 	rc = ibv_dereg_mr(mr);
-	report(rc == 0, "ibv_dereg_mr after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "ibv_dereg_mr after the device failed", "returned %d, errno %d", rc, errno);
 	report(buf[0] == 0 && (buf[1] = 1) == 1, "the region's memory stays usable", "%s", "");
 	errno = 0;
 	rc = ibv_dealloc_pd(pd);
-	report(rc == 0, "ibv_dealloc_pd after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "ibv_dealloc_pd after the device failed", "returned %d, errno %d", rc, errno);
 	rc = mrc_destroy_comp_channel(chan);
-	report(rc == 0, "mrc_destroy_comp_channel after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "mrc_destroy_comp_channel after the device failed", "returned %d, errno %d", rc, errno);
 	rc = mrc_destroy_context(m);
-	report(rc == 0, "mrc_destroy_context after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "mrc_destroy_context after the device failed", "returned %d, errno %d", rc, errno);
 	rc = ibv_close_device(ctx);
-	report(rc == 0, "ibv_close_device after the NIC died", "returned %d, errno %d", rc, errno);
+	report(rc == 0, "ibv_close_device after the device failed", "returned %d, errno %d", rc, errno);
+	if (stop) {
+		/* The NIC runs again: it reclaims the failed context's objects when
+		 * it reads the hang-up, and serves new ones. */
+		if (kill(nic, SIGCONT))
+			report(0, "resume the NIC", "pid %d: %s", (int)nic, strerror(errno));
+		ctx = NULL;
+		for (i = 0; list && i < n; i++)
+			if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+				ctx = ibv_open_device(list[i]);
+		pd2 = ctx ? ibv_alloc_pd(ctx) : NULL;
+		m = ctx ? mrc_create_context(ctx, NULL) : NULL;
+		cq2 = m ? mrc_create_cq(m, 16, NULL, NULL, 0) : NULL;
+		report(ctx && pd2 && m && cq2, "a new context works once the NIC runs again",
+		       "context %p, pd %p, mrc context %p, cq %p, errno %d", (void *)ctx, (void *)pd2, (void *)m,
+		       (void *)cq2, errno);
+		rc = (cq2 ? mrc_destroy_cq(cq2) : 0) | (m ? mrc_destroy_context(m) : 0) |
+		     (pd2 ? ibv_dealloc_pd(pd2) : 0) | (ctx ? ibv_close_device(ctx) : 0);
+		report(rc == 0, "and frees cleanly", "returned %d, errno %d", rc, errno);
+	}
 	ibv_free_device_list(list);
 	printf("# %d passed, %d failed\n", n_pass, n_fail);
 	return n_fail == 0 && n_pass > 0 ? 0 : 1;

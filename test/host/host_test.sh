@@ -14,6 +14,10 @@
 #             QPs, CQs and MRs reclaimed; the device keeps serving
 #   nic-death test/host/death_test.c: the NIC is killed under a client; a
 #             blocked mrc_get_cq_event and later calls fail promptly (EIO)
+#   nic-stall the same program with the NIC stopped (SIGSTOP): a control call
+#             fails with ETIMEDOUT after MRC_CMD_TIMEOUT_MS, the device then
+#             counts as failed; resumed, the NIC reclaims the failed client
+#             and serves a new one
 #   perf      mrc-perf sweeps 1 B .. 4 MiB (WRITE, then WRITE_IMM) with
 #             integrity checks, and a latency sweep
 #   ctl       test/host/ctl_test.c, a C controller on mrc_ctl.h built against
@@ -201,6 +205,29 @@ case $case_name in
       fail "death_test"
     }
     tail -1 "$work/death.txt"
+    ;;
+  nic-stall)
+    install_sdk
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$sdk" -o "$work/death_test" \
+      "$src/test/host/death_test.c" -L"$sdk" -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" -libverbs -lpthread ||
+      fail "death_test.c does not build against the installed SDK"
+    start_nic
+    nicpid=$(pgrep -P "${pids[-1]}" | head -n 1)
+    [ -n "$nicpid" ] || fail "no mrc-nic process under ${pids[-1]}"
+    before=$(counter /mrc/host clients_reclaimed)
+    MRC_QUIET=1 MRC_CMD_TIMEOUT_MS=500 timeout 60 "$work/death_test" mrc0 "$nicpid" stop >"$work/stall.txt" 2>&1 || {
+      kill -CONT "$nicpid" 2>/dev/null || true
+      grep -v '^ok' "$work/stall.txt" >&2
+      fail "death_test stop"
+    }
+    tail -1 "$work/stall.txt"
+    for _ in $(seq 50); do
+      [ "$(counter /mrc/host clients_reclaimed)" -gt "$before" ] && break
+      sleep 0.1
+    done
+    after=$(counter /mrc/host clients_reclaimed)
+    echo "clients_reclaimed $before -> $after"
+    [ "$after" -gt "$before" ] || fail "the timed-out client was not reclaimed (clients_reclaimed $before -> $after)"
     ;;
   perf)
     perf=$build/app/mrc-perf
