@@ -224,10 +224,10 @@ std::string build(const Options& o, Built& out) {
     if (n.empty() || n.size() > 32 ||
         n.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != std::string::npos)
       return fmt::format("--device '{}': names are 1-32 letters, digits or '_' (they key telemetry)", n);
-  // /mrc/devices keys each device's row by its name, beside these two.
+  // /mrc/devices and /mrc/qps key each device's row by its name, beside these.
   for (const auto& n : o.devices)
-    if (n == "devices" || n == "columns")
-      return fmt::format("--device '{}': a key of telemetry's /mrc/devices, not a device name", n);
+    if (n == "devices" || n == "columns" || n == "omitted")
+      return fmt::format("--device '{}': a key of telemetry's /mrc/devices or /mrc/qps, not a device name", n);
   std::set<std::string> names(o.devices.begin(), o.devices.end());
   if (names.size() != o.devices.size()) return "--device: a device name appears twice";
   // CLI11 reads "nan" and "inf" as numbers, and NaN passes every range check.

@@ -160,10 +160,12 @@ void print_final_counters(dp::Nic& nic) {
     const auto q = d->qp_counter_totals();
     for (size_t i = 0; i < q.v.size(); ++i)
       if (q.v[i]) fmt::print(stderr, "  qp_{:<29} {}\n", engine::kQpCtrNames[i], q.v[i]);
-    for (uint32_t p = 0; p < d->num_planes(); ++p)
-      for (const auto& [name, v] : d->port_stats(p))
-        if (v && name != "port_ipackets" && name != "port_opackets")
-          fmt::print(stderr, "  plane{}_{:<25} {}\n", p, name, v);
+    for (uint32_t p = 0; p < d->num_planes(); ++p) {
+      const dp::PortStats ps = d->port_stats(p).value_or(dp::PortStats{});
+      for (size_t i = 0; i < ps.size(); ++i)
+        if (ps[i] && dp::kPortStatNames[i] != "port_ipackets" && dp::kPortStatNames[i] != "port_opackets")
+          fmt::print(stderr, "  plane{}_{:<25} {}\n", p, dp::kPortStatNames[i], ps[i]);
+    }
   }
 }
 
@@ -213,7 +215,8 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
       j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", json_escape(d->spec().planes[p].port),
                        d->link_up(p) ? "up" : "down");
       for (size_t i = 0; i < pc.size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPlaneCtrNames[i], pc[i]);
-      for (const auto& [name, v] : d->port_stats(p)) j += fmt::format(",\"{}\":{}", name, v);
+      if (const auto ps = d->port_stats(p))
+        for (size_t i = 0; i < ps->size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPortStatNames[i], (*ps)[i]);
       j += "}";
     }
     j += "],\"packets_tx\":" + std::to_string(d->shard_counters()[size_t(dp::ShardCtr::tx_frames)]);

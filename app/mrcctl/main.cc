@@ -2326,17 +2326,32 @@ int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
     return 0;
   }
   if (w == "planes") {
-    Json v = tel.command("/mrc/planes");
     // Rows are DEV_PLANE. Names may hold '_', so device a must not take a_1's
     // row a_1_0: only digits may follow the prefix.
-    const auto of_dev = [&](const std::string& k) {
-      const std::string p = s.arg + "_";
+    const auto of_dev = [](const std::string& dev, const std::string& k) {
+      const std::string p = dev + "_";
       return k.size() > p.size() && k.compare(0, p.size(), p) == 0 &&
              k.find_first_not_of("0123456789", p.size()) == std::string::npos;
     };
+    // Rows past the reply's 16 KB are left out ("rows_omitted"): then one
+    // request per device, whose planes always fit.
+    Json v = tel.command(s.arg.empty() ? "/mrc/planes" : "/mrc/planes," + s.arg);
+    if (s.arg.empty() && v.find("rows_omitted")) {
+      Json all = Json::object();
+      if (const Json* c = v.find("columns")) all["columns"] = *c;
+      const Json devs = tel.command("/mrc/devices");
+      if (const Json* names = devs.find("devices"))
+        for (const auto& n : names->arr()) {
+          const Json one = tel.command("/mrc/planes," + n.cell());
+          if (one.find("rows_omitted")) fmt::print(stderr, "mrcctl: some planes of {} are not shown\n", n.cell());
+          for (const auto& [k, x] : one.obj())
+            if (x.is_array() && of_dev(n.cell(), k)) all[k] = x;
+        }
+      v = all;
+    }
     std::vector<std::string> keys;
     for (const auto& [k, x] : v.obj())
-      if (k != "columns" && (s.arg.empty() || of_dev(k))) keys.push_back(k);
+      if (k != "columns" && k != "rows_omitted" && (s.arg.empty() || of_dev(s.arg, k))) keys.push_back(k);
     if (!s.arg.empty() && keys.empty()) fail_msg(fmt::format("telemetry: no planes of device '{}'", s.arg));
     if (g_json) {
       Json o = Json::object();
@@ -2359,13 +2374,30 @@ int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
     return 0;
   }
   if (w == "qps") {
-    Json v = tel.command("/mrc/qps");
+    // One device's QPNs come 256 a page; the whole list only as far as the
+    // reply's 16 KB holds ("omitted" counts the rest).
+    const auto all_of = [&](const std::string& dev) {
+      Json qpns = Json::array();
+      for (uint64_t first = 0;;) {
+        const Json page = tel.command(fmt::format("/mrc/qps,{},{}", dev, first));
+        if (const Json* q = page.find("qpns"))
+          for (const auto& x : q->arr()) qpns.push(x);
+        const Json* next = page.find("next");
+        if (!next || next->u64() <= first) return qpns;
+        first = next->u64();
+      }
+    };
+    Json v = Json::object();
     if (!s.arg.empty()) {
-      const Json* d = v.find(s.arg);
-      if (!d) fail_msg(fmt::format("telemetry: no device '{}'", s.arg));
-      Json o = Json::object();
-      o[s.arg] = *d;
-      v = o;
+      v[s.arg] = all_of(s.arg);
+    } else {
+      v = tel.command("/mrc/qps");
+      if (v.find("omitted")) {
+        Json full = Json::object();
+        for (const auto& [dev, q] : v.obj())
+          if (dev != "omitted") full[dev] = all_of(dev);
+        v = full;
+      }
     }
     if (g_json) return emit(v), 0;
     for (const auto& [dev, q] : v.obj()) {

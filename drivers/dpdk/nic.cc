@@ -718,11 +718,10 @@ std::array<uint64_t, size_t(ShardCtr::count)> Device::shard_counters() const {
   return out;
 }
 
-std::vector<std::pair<std::string, uint64_t>> Device::port_stats(uint32_t plane) const {
+std::optional<PortStats> Device::port_stats(uint32_t plane) const {
   rte_eth_stats st{};
-  if (rte_eth_stats_get(spec_.planes[plane].port_id, &st) != 0) return {};
-  return {{"port_ipackets", st.ipackets}, {"port_opackets", st.opackets}, {"port_imissed", st.imissed},
-          {"port_ierrors", st.ierrors},   {"port_oerrors", st.oerrors},   {"port_rx_nombuf", st.rx_nombuf}};
+  if (rte_eth_stats_get(spec_.planes[plane].port_id, &st) != 0) return std::nullopt;
+  return PortStats{st.ipackets, st.opackets, st.imissed, st.ierrors, st.oerrors, st.rx_nombuf};
 }
 
 bool Device::reg_mr(uint32_t pd, void* ptr, uint64_t iova, uint64_t len, uint32_t access, uint32_t& lkey,

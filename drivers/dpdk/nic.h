@@ -172,8 +172,8 @@ class Device {
   std::array<uint64_t, size_t(PlaneCtr::count)> plane_counters(uint32_t plane) const;
   std::array<uint64_t, size_t(ShardCtr::count)> shard_counters() const;
   // The port's own statistics (what the PMD counted, e.g. RX drops when the
-  // pool ran dry), as name/value pairs.
-  std::vector<std::pair<std::string, uint64_t>> port_stats(uint32_t plane) const;
+  // pool ran dry), in kPortStatNames' order; none when the port cannot say.
+  std::optional<PortStats> port_stats(uint32_t plane) const;
 
   // Registers memory in every shard under one set of keys; `iova` is the
   // address WRs and peers name it by.

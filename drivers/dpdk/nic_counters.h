@@ -86,6 +86,11 @@ inline constexpr std::array<std::string_view, size_t(PlaneCtr::count)> kPlaneCtr
 inline constexpr std::array<std::string_view, size_t(HostCtr::count)> kHostCtrNames = {MRC_HOST_COUNTERS(MRC_X_NAME)};
 #undef MRC_X_NAME
 
+// The port's basic statistics (rte_eth_stats) shown beside a plane's own.
+inline constexpr std::array<std::string_view, 6> kPortStatNames = {"port_ipackets", "port_opackets", "port_imissed",
+                                                                   "port_ierrors",  "port_oerrors",  "port_rx_nombuf"};
+using PortStats = std::array<uint64_t, kPortStatNames.size()>;
+
 template <class E>
 struct AtomicCounters {
   std::array<std::atomic<uint64_t>, size_t(E::count)> v{};

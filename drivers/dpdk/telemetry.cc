@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstring>
+#include <span>
 #include <mutex>
 #include <string>
 
@@ -69,6 +71,39 @@ int add_array(rte_tel_data* out, const std::string& key, rte_tel_data* a) {
   return rte_tel_data_add_dict_container(out, key.c_str(), a, 0);
 }
 
+// DPDK 22.11 answers at most 16 KB (MAX_OUTPUT_LEN in lib/telemetry) and
+// silently leaves out entries past it, as it does past an array's
+// RTE_TEL_MAX_ARRAY_ENTRIES. Replies that can grow that far count their
+// JSON as they go and say what they left out.
+class ReplyBudget {
+ public:
+  // Room for the command echoed back and the braces around the dict.
+  explicit ReplyBudget(const char* cmd, const char* params)
+      : left_(kReplyBytes - 64 - std::strlen(cmd) - std::strlen(params ? params : "")) {}
+  bool take(size_t bytes) {
+    if (bytes > left_) return false;
+    left_ -= bytes;
+    return true;
+  }
+  // `"key":[v,...],` of u64 values, and of plain strings.
+  static size_t row(std::string_view key, std::span<const uint64_t> v) {
+    size_t n = key.size() + 6;
+    char digits[24];
+    for (uint64_t x : v) n += size_t(std::to_chars(digits, digits + sizeof digits, x).ptr - digits) + 1;
+    return n;
+  }
+  static size_t row(std::string_view key, std::span<const std::string> v) {
+    size_t n = key.size() + 6;
+    for (const auto& x : v) n += x.size() + 3;
+    return n;
+  }
+  static constexpr size_t kScalar = 64;  // `"key":value,` of a short key
+
+ private:
+  static constexpr size_t kReplyBytes = 16 * 1024;
+  size_t left_;
+};
+
 Device* find_device(const char* params) {
   if (!params || !*params) return g_nic->devices().empty() ? nullptr : g_nic->devices()[0].get();
   return g_nic->find_device(params);
@@ -104,16 +139,26 @@ std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> ev_states_per_plane(Devi
   return states;
 }
 
-// /mrc/planes: one row per plane of every device, "DEV_P".
-int cmd_planes(const char*, const char*, rte_tel_data* out) {
+// /mrc/planes[,DEV]: one row per plane, "DEV_P", of every device or of one.
+// Rows that would pass the reply's size are left out and counted in
+// "rows_omitted"; one device's planes always fit.
+int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_nic) return -ENODEV;
+  Device* only = nullptr;
+  if (params && *params && !(only = g_nic->find_device(params))) return -EINVAL;
   rte_tel_data_start_dict(out);
+  ReplyBudget budget(cmd, params);
   std::vector<std::string> cols = {"port_id", "link_up", "fault_drop_ppm", "fault_corrupt_ppm", "fault_delay_ns"};
   for (auto n : kPlaneCtrNames) cols.emplace_back(n);
   for (auto s : kEvStates) cols.push_back(fmt::format("evs_{}", engine::ev_state_name(s)));
-  bool have_port_cols = false;
+  for (auto n : kPortStatNames) cols.emplace_back(n);
+  cols.emplace_back("port_stats_read");
+  budget.take(ReplyBudget::row("columns", cols) + ReplyBudget::kScalar);  // and rows_omitted
+  add_array(out, "columns", string_array(cols));
+  uint64_t omitted = 0;
   for (auto& d : g_nic->devices()) {
+    if (only && d.get() != only) continue;
     const auto states = ev_states_per_plane(*d);
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const FaultSpec f = d->fault(p);
@@ -121,15 +166,19 @@ int cmd_planes(const char*, const char*, rte_tel_data* out) {
                                    uint64_t(f.corrupt * 1e6), f.delay_ns};
       for (uint64_t v : d->plane_counters(p)) row.push_back(v);
       for (auto s : kEvStates) row.push_back(states[p][size_t(s)]);
-      for (const auto& [name, v] : d->port_stats(p)) {
-        if (!have_port_cols) cols.push_back(name);
-        row.push_back(v);
+      // Zeros, flagged, where the port cannot say: every row has every column.
+      const auto port = d->port_stats(p);
+      for (uint64_t v : port.value_or(PortStats{})) row.push_back(v);
+      row.push_back(port.has_value());
+      const std::string key = fmt::format("{}_{}", d->name(), p);
+      if (!budget.take(ReplyBudget::row(key, row))) {
+        ++omitted;
+        continue;
       }
-      have_port_cols = true;
-      add_array(out, fmt::format("{}_{}", d->name(), p), u64_array(row));
+      add_array(out, key, u64_array(row));
     }
   }
-  add_array(out, "columns", string_array(cols));
+  if (omitted) rte_tel_data_add_dict_u64(out, "rows_omitted", omitted);
   return 0;
 }
 
@@ -158,7 +207,9 @@ int cmd_plane(const char*, const char* params, rte_tel_data* out) {
   rte_tel_data_add_dict_u64(out, "fault_delay_ns", f.delay_ns);
   const auto pc = d->plane_counters(plane);
   for (size_t i = 0; i < pc.size(); ++i) rte_tel_data_add_dict_u64(out, std::string(kPlaneCtrNames[i]).c_str(), pc[i]);
-  for (const auto& [name, v] : d->port_stats(plane)) rte_tel_data_add_dict_u64(out, name.c_str(), v);
+  if (const auto ps = d->port_stats(plane))
+    for (size_t i = 0; i < ps->size(); ++i)
+      rte_tel_data_add_dict_u64(out, std::string(kPortStatNames[i]).c_str(), (*ps)[i]);
   const auto states = ev_states_per_plane(*d);
   for (auto s : kEvStates)
     rte_tel_data_add_dict_u64(out, fmt::format("evs_{}", engine::ev_state_name(s)).c_str(), states[plane][size_t(s)]);
@@ -185,15 +236,48 @@ int cmd_link(const char*, const char* params, rte_tel_data* out) {
   return 0;
 }
 
-int cmd_qps(const char*, const char*, rte_tel_data* out) {
+// /mrc/qps: every device's QPNs, as many as the reply holds ("omitted"
+// counts the rest). /mrc/qps,DEV[,FIRST]: a page of one device's QPNs from
+// index FIRST, and "next" when more follow.
+constexpr size_t kQpsPerPage = 256;
+
+int cmd_qps(const char* cmd, const char* params, rte_tel_data* out) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_nic) return -ENODEV;
+  std::string_view p(params ? params : "");
   rte_tel_data_start_dict(out);
+  if (!p.empty()) {
+    const auto comma = p.find(',');
+    Device* d = g_nic->find_device(std::string(p.substr(0, comma)));
+    size_t first = 0;
+    if (!d || (comma != std::string_view::npos && !parse_whole(p.substr(comma + 1), first))) return -EINVAL;
+    const auto infos = d->qp_infos();
+    rte_tel_data_add_dict_string(out, "device", d->name().c_str());
+    rte_tel_data_add_dict_u64(out, "count", infos.size());
+    const size_t last = first >= infos.size() ? infos.size() : std::min(infos.size(), first + kQpsPerPage);
+    if (last < infos.size()) rte_tel_data_add_dict_u64(out, "next", last);
+    std::vector<uint64_t> qpns;
+    for (size_t i = first; i < last; ++i) qpns.push_back(infos[i].qpn);
+    add_array(out, "qpns", u64_array(qpns));
+    return 0;
+  }
+  ReplyBudget budget(cmd, params);
+  budget.take(ReplyBudget::kScalar);  // omitted
+  uint64_t omitted = 0;
   for (auto& d : g_nic->devices()) {
     std::vector<uint64_t> qpns;
     for (const auto& qi : d->qp_infos()) qpns.push_back(qi.qpn);
+    size_t keep = std::min<size_t>(qpns.size(), RTE_TEL_MAX_ARRAY_ENTRIES);
+    while (keep && !budget.take(ReplyBudget::row(d->name(), std::span(qpns.data(), keep)))) keep = keep * 3 / 4;
+    if (!keep && !budget.take(ReplyBudget::row(d->name(), std::span<const uint64_t>{}))) {
+      omitted += qpns.size();
+      continue;
+    }
+    omitted += qpns.size() - keep;
+    qpns.resize(keep);
     add_array(out, d->name(), u64_array(qpns));
   }
+  if (omitted) rte_tel_data_add_dict_u64(out, "omitted", omitted);
   return 0;
 }
 
@@ -316,10 +400,11 @@ std::string register_telemetry(Nic& nic) {
   };
   const Cmd cmds[] = {
       {"/mrc/devices", cmd_devices, "MRC devices. No parameters"},
-      {"/mrc/planes", cmd_planes, "Planes of every device (rows DEV_P): link, faults, counters, EV states"},
+      {"/mrc/planes", cmd_planes,
+       "Planes (rows DEV_P): link, faults, counters, EV states, port stats. Parameters: [DEV]"},
       {"/mrc/plane", cmd_plane, "One plane with its port and addresses. Parameters: DEV:PLANE"},
       {"/mrc/link", cmd_link, "Fail or restore a plane's link. Parameters: DEV:PLANE,up|down"},
-      {"/mrc/qps", cmd_qps, "QPNs per device. No parameters"},
+      {"/mrc/qps", cmd_qps, "QPNs per device, or 256 per page of one. Parameters: [DEV[,FIRST]]"},
       {"/mrc/qp", cmd_qp, "One QP's state and counters. Parameters: QPN or DEV:QPN"},
       {"/mrc/evs", cmd_evs, "A QP's EVs, 64 per page. Parameters: QPN[,FIRST] or DEV:QPN[,FIRST]"},
       {"/mrc/counters", cmd_counters, "Engine, NIC (nic_*) and summed QP (qp_*) counters. Parameters: [DEV]"},

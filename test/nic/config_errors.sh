@@ -30,6 +30,8 @@ expect "--plane" --device mrc0
 expect "--device" --device "bad-name" --plane "bad-name port=net_ring0 ip=10.0.0.1"
 # Would be a second "columns" key in /mrc/devices, beside the real one.
 expect "--device 'columns'" --device columns --plane "columns port=net_ring0 ip=10.0.0.1" --duration 0.1
+# Would pass for /mrc/qps's count of QPNs left out.
+expect "--device 'omitted'" --device omitted --plane "omitted port=net_ring0 ip=10.0.0.1" --duration 0.1
 expect "--ev-values" "${good[@]}" --ev-values 70000
 expect "--ev-values" "${good[@]}" --ev-values 9-3
 expect "--ev-values: 40001 EVs" "${good[@]}" --ev-values 0-40000

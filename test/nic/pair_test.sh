@@ -17,6 +17,9 @@
 #                    frames are steered to the QP's lcore through rte_rings
 #   rings-odd        one process, workloads of odd shapes: fewer messages
 #                    than QPs, a --wl-bytes near 2^64, port names to escape
+#   rings-many-qps   one process, 700 QPs per device, more than a telemetry
+#                    array holds: /mrc/qps says what it left out, pages list
+#                    every QP, and so does mrcctl; /mrc/planes,DEV
 set -euo pipefail
 
 nic=$1
@@ -296,6 +299,60 @@ w = json.load(open(sys.argv[1]))["workload"]
 print(f"--wl-bytes 2^64-1: {w['messages']} messages, integrity_ok {w['integrity_ok']}")
 if w["messages"] == 0 or not w["integrity_ok"] or w["errors"]:
     sys.exit("a huge --wl-bytes did not run")
+EOF
+    ;;
+  rings-many-qps)
+    mrcctl=$(dirname "$nic")/mrcctl
+    [ -x "$mrcctl" ] || fail "no mrcctl beside mrc-nic ($mrcctl)"
+    qps=700
+    args=(--device mrc0 --device mrc1 --ring-pair a0:b0 --plane "mrc0 port=a0 ip=10.0.0.1"
+      --plane "mrc1 port=b0 ip=10.0.0.2" --lcores mrc0=1 --lcores mrc1=2 --workload write --wl-from mrc0 --wl-to mrc1)
+    eal=(--lcores '0@0,1@1,2@0')
+    prefix="mrcmany$$"
+    rm -f "$work/many.json"
+    timeout 60 "$nic" "${eal_common[@]}" --file-prefix "$prefix" "${eal[@]}" -- "${args[@]}" --wl-qps $qps \
+      --wl-size 4k --wl-bytes $((qps * 4096)) --linger 20 >"$work/many.json" 2>"$work/many.log" &
+    pids+=($!)
+    many_pid=$!
+    wait_for_output "$work/many.json" "$many_pid" 300
+    [ -s "$work/many.json" ] || fail "$qps QPs: no summary within 30 s"
+    # While it lingers: the whole list, pages of one device, planes of one.
+    printf '%s\n' /mrc/qps /mrc/qps,mrc0 /mrc/qps,mrc0,512 /mrc/qps,mrc0,700 /mrc/qps,nope /mrc/planes,mrc1 \
+      /mrc/planes,nope | timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$prefix" >"$work/tel.txt" 2>&1 ||
+      { cat "$work/tel.txt" >&2; fail "dpdk-telemetry.py failed"; }
+    timeout 20 "$mrcctl" --prefix "$prefix" --json stats qps mrc1 >"$work/ctl-one.json" 2>"$work/ctl.err" ||
+      { cat "$work/ctl.err" >&2; fail "mrcctl stats qps mrc1"; }
+    timeout 20 "$mrcctl" --prefix "$prefix" --json stats qps >"$work/ctl-all.json" 2>>"$work/ctl.err" ||
+      { cat "$work/ctl.err" >&2; fail "mrcctl stats qps"; }
+    pkill -INT -P "$many_pid"
+    wait_ok "$many_pid" many
+    check_json "$work/many.json" "$qps QPs" $((qps * 4096))
+    $py - "$work/tel.txt" "$work/ctl-one.json" "$work/ctl-all.json" $qps <<'EOF'
+import json, sys
+tel, one, every, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+replies = [json.loads(l) for l in open(tel) if l.startswith('{"/mrc/')]
+if len(replies) != 7: sys.exit(f"{len(replies)} telemetry replies, expected 7")
+whole, p0, p512, p700, nodev, planes, noplanes = [list(r.values())[0] for r in replies]
+bad = []
+shown = sum(len(whole[d]) for d in ("mrc0", "mrc1"))
+print(f"/mrc/qps: {len(whole['mrc0'])} + {len(whole['mrc1'])} QPNs shown, omitted {whole.get('omitted')}")
+if whole.get("omitted") != 2 * n - shown: bad.append(f"/mrc/qps omitted {whole.get('omitted')}, not {2 * n - shown}")
+print(f"/mrc/qps,mrc0: count {p0['count']}, {len(p0['qpns'])} QPNs, next {p0.get('next')}")
+if p0["count"] != n or len(p0["qpns"]) != 256 or p0.get("next") != 256: bad.append("the first page")
+if len(p512["qpns"]) != n - 512 or "next" in p512: bad.append(f"the last page: {p512}")
+if p700["qpns"] or "next" in p700: bad.append(f"past the end: {p700}")
+if nodev is not None: bad.append("/mrc/qps,nope answered")
+if noplanes is not None: bad.append("/mrc/planes,nope answered")
+rows = [k for k in planes if k not in ("columns", "rows_omitted")]
+if rows != ["mrc1_0"] or len(planes["mrc1_0"]) != len(planes["columns"]):
+    bad.append(f"/mrc/planes,mrc1: rows {rows}, {len(planes.get('mrc1_0', []))} values for {len(planes['columns'])} columns")
+o = json.load(open(one))
+a = json.load(open(every))
+print(f"mrcctl stats qps mrc1: {len(o['mrc1'])} QPs; stats qps: " + ", ".join(f"{d} {len(v)}" for d, v in a.items()))
+if len(set(o["mrc1"])) != n: bad.append(f"mrcctl stats qps mrc1 lists {len(set(o['mrc1']))} distinct QPs")
+if sorted(a) != ["mrc0", "mrc1"] or any(len(set(v)) != n for v in a.values()):
+    bad.append("mrcctl stats qps does not list every QP of both devices")
+if bad: sys.exit("; ".join(bad))
 EOF
     ;;
   *)
