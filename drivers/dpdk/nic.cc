@@ -143,7 +143,24 @@ struct Shard::Impl final : engine::Env {
           !gate_on_link[p] || (rte_eth_link_get_nowait(tx[p].port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP);
       if (!up) faulted[p] = false;
       usable[p] = up && !faulted[p];
+      tell_engine(p, at);
     }
+  }
+  // The engine hears at once when its own port goes down, faults or comes
+  // back, as a NIC's transport hears of its PHY: it resends what was in
+  // flight there and stops choosing the plane, rather than waiting for
+  // losses to condemn its EVs. Only changes are told, so a plane a
+  // --link-event or a port status update took down stays down.
+  std::array<bool, engine::kMaxPlanes> told_usable = [] {
+    std::array<bool, engine::kMaxPlanes> a;
+    a.fill(true);  // as the engine starts
+    return a;
+  }();
+  void tell_engine(uint32_t plane, Nanos at) {
+    if (usable[plane] == told_usable[plane]) return;
+    told_usable[plane] = usable[plane];
+    s.engine().set_plane_up(plane, usable[plane], at);
+    s.ctr_.inc(usable[plane] ? ShardCtr::port_up_events : ShardCtr::port_down_events);
   }
   bool port_usable(uint32_t plane) const { return usable[plane]; }
   // A burst on a gated port (see nic/fault_guard.h); a fault inside it takes
@@ -156,6 +173,7 @@ struct Shard::Impl final : engine::Env {
     s.ctr_.inc(ShardCtr::port_faults);
     usable[plane] = false;
     faulted[plane] = true;
+    links_read = false;  // the engine hears of it before the next poll, not from inside one
     return 0;
   }
   std::array<bool, engine::kMaxPlanes> faulted{};

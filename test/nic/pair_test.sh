@@ -9,6 +9,8 @@
 #   memif-drop       the same with 1 % egress drop on every plane of both
 #   memif-plane-down the same, one plane silently failed mid-transfer; its EVs
 #                    must read ASSUMED_BAD in telemetry (dpdk-telemetry.py)
+#   memif-tx-fault   the same, with a memory fault forced inside one of the
+#                    requester's memif TX bursts: survived and counted
 #   memif-peer-dies  the responder is killed mid-transfer: the requester must
 #                    not crash; its QPs time out into ERROR and it reports so
 #   rings            one process, two devices over rte_eth_from_rings pairs,
@@ -109,9 +111,12 @@ memif_pair() { # extra client args...
     server_pid=$!
   }
   start_client() {
-    timeout 120 "$nic" "${eal_common[@]}" --file-prefix "${prefix}c" --lcores '0@1,1@0' "${vdev_c[@]}" -- \
-      --device mrc0 "${planes_c[@]}" --workload write --wl-connect "127.0.0.1:$port" --wl-bytes "$bytes" \
-      --wl-size 1M --wl-qps 4 "$@" >"$work/client.json" 2>"$work/client.log" &
+    # Under client_wrap (gdb), its output and the NIC's go to one file.
+    local out=$work/client.json
+    ((${#client_wrap[@]})) && out=$work/client-gdb.txt
+    timeout 120 "${client_wrap[@]}" "$nic" "${eal_common[@]}" --file-prefix "${prefix}c" --lcores '0@1,1@0' \
+      "${vdev_c[@]}" -- --device mrc0 "${planes_c[@]}" --workload write --wl-connect "127.0.0.1:$port" \
+      --wl-bytes "$bytes" --wl-size 1M --wl-qps 4 "$@" >"$out" 2>"$work/client.log" &
     pids+=($!)
     client_pid=$!
   }
@@ -142,6 +147,7 @@ wait_ok() { # pid name
 }
 
 server_extra=()
+client_wrap=()
 responder_zc=0
 case $case_name in
   memif | memif-zc)
@@ -151,6 +157,29 @@ case $case_name in
     wait_ok "$server_pid" server
     check_json "$work/client.json" requester "$bytes"
     check_json "$work/server.json" responder "$bytes"
+    ;;
+  memif-tx-fault)
+    # A memory fault inside memif's TX burst (gdb delivers SIGSEGV there, as
+    # when the PMD's peer unmaps the ring mid-burst): the worker survives it,
+    # counts the frames it forgets, stops using that plane, and the transfer
+    # completes on the other three.
+    command -v gdb >/dev/null || fail "gdb is needed (scripts/setup.sh installs it)"
+    client_wrap=(gdb -q -batch -ex 'set confirm off' -ex 'set pagination off' -ex 'break eth_memif_tx'
+      -ex 'ignore 1 3000' -ex run -ex 'delete 1' -ex 'signal SIGSEGV' --args)
+    memif_pair
+    wait_ok "$client_pid" client
+    grep -m1 '^{"tool":"mrc-nic"' "$work/client-gdb.txt" >"$work/client.json" ||
+      { tail -n 20 "$work/client-gdb.txt" >&2; fail "no summary from the requester under gdb"; }
+    wait_ok "$server_pid" server
+    check_json "$work/client.json" requester "$bytes"
+    check_json "$work/server.json" responder "$bytes"
+    $py - "$work/client.json" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["devices"]["mrc0"]["counters"]
+faults, lost = c.get("nic_port_faults", 0), c.get("nic_tx_lost_in_fault", 0)
+print(f"mrc0: {faults} port fault(s), {lost} frame(s) forgotten in the faulted burst")
+if faults != 1 or lost < 1: sys.exit("the injected fault was not survived and counted once")
+EOF
     ;;
   memif-drop)
     server_extra=(--fault "* drop=0.01")
