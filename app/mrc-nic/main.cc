@@ -358,6 +358,7 @@ int run(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const double t = elapsed();
     links.run(t);
+    nic->redial_memif_clients();
     if (o.stats_interval > 0 && t >= next_row) {
       table.row(t, wl ? std::optional<uint64_t>(wl->bytes_completed()) : std::nullopt);
       next_row += o.stats_interval;

@@ -3,6 +3,8 @@
 #include "dpdk/eal.h"
 
 #include <rte_cycles.h>
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_launch.h>
@@ -926,6 +928,10 @@ Nic::Nic(const NicSpec& spec) : spec_(spec) {
       rte_eth_dev_info_get(ps.port_id, &info);
       queues[p] = static_cast<uint16_t>(std::max<size_t>(
           1, std::min<size_t>({ds.lcores.size(), size_t(info.max_rx_queues), size_t(info.max_tx_queues)})));
+      if (info.driver_name && std::string_view(info.driver_name) == "net_memif" && info.device)
+        if (const rte_devargs* da = rte_dev_devargs(info.device);
+            da && da->args && std::strstr(da->args, "role=client"))
+          redial_.push_back({ps.port_id, ps.port});
       uint64_t mac = ps.addr.mac;
       std::string err = port_setup(ps.port_id, queues[p], frame_bytes, pool_, mac);
       if (!err.empty())
@@ -1057,6 +1063,38 @@ void Nic::start() {
       stop();
       throw std::runtime_error(fmt::format("cannot launch a worker on lcore {}: {}", l, rte_strerror(-rc)));
     }
+  }
+}
+
+void Nic::redial_memif_clients() {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kEvery = std::chrono::seconds(1);
+  const auto t = Clock::now();
+  for (Redial& r : redial_) {
+    rte_eth_link link{};
+    const bool up = rte_eth_link_get_nowait(r.port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+    if (up) {
+      if (r.down && r.tries)
+        fmt::print(stderr, "mrc-nic: port {} (memif client) connected again after {} restart(s)\n", r.name, r.tries);
+      r.down = false;
+      continue;
+    }
+    if (!r.down) {
+      r.down = true;
+      r.tries = 0;
+      r.down_since = t;
+      r.next_try = t + kEvery;
+      continue;
+    }
+    if (!running() || t < r.next_try) continue;
+    if (!r.tries)
+      fmt::print(stderr, "mrc-nic: port {} (memif client) lost its server; restarting it every second to find one\n",
+                 r.name);
+    ++r.tries;
+    r.next_try = t + kEvery;
+    // A failed start (no server yet) leaves the port stopped, its link down.
+    rte_eth_dev_stop(r.port);
+    rte_eth_dev_start(r.port);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -244,6 +245,13 @@ class Nic {
   void stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
   engine::Nanos now() const;
+  // memif's client connects only when its port starts, so a server that
+  // left and came back would never be found again. Called every few ms
+  // from the control thread while the workers run: a memif client port
+  // whose link has read down for a second is restarted, and again every
+  // second until it connects. Workers leave a memif port alone while its
+  // link reads down (see Shard::Impl::usable).
+  void redial_memif_clients();
 
  private:
   friend class Shard;
@@ -254,6 +262,14 @@ class Nic {
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_{false};
   std::vector<unsigned> worker_lcores_;
+  struct Redial {
+    uint16_t port;
+    std::string name;
+    std::chrono::steady_clock::time_point down_since, next_try;
+    bool down = false;
+    uint32_t tries = 0;
+  };
+  std::vector<Redial> redial_;  // memif client ports
   static int worker_main(void* arg);
   void worker_loop(unsigned lcore);
 };

@@ -12,7 +12,8 @@
 #   memif-tx-fault   the same, with a memory fault forced inside one of the
 #                    requester's memif TX bursts: survived and counted
 #   memif-peer-dies  the responder is killed mid-transfer: the requester must
-#                    not crash; its QPs time out into ERROR and it reports so
+#                    not crash; its QPs time out into ERROR and it reports so.
+#                    A new responder brings the requester's planes back
 #   rings            one process, two devices over rte_eth_from_rings pairs,
 #                    WRITE_IMM, each device on its own lcore
 #   rings-steer      one process, two lcores per device on single-queue ports:
@@ -90,7 +91,8 @@ free_port() {
 # "server" and "client" below are the workload's roles (responder mrc1 and
 # requester mrc0).
 memif_pair() { # extra client args...
-  local port prefix planes_s=() planes_c=() vdev_s=() vdev_c=()
+  # Not local: start_server may run again after memif_pair (a new peer).
+  port='' prefix='' planes_s=() planes_c=() vdev_s=() vdev_c=()
   port=$(free_port)
   prefix="mrcnic$$"
   memif_roles "$responder_zc"
@@ -236,6 +238,11 @@ EOF
     memif_pair --wl-seconds 20
     sleep 2
     pkill -KILL -P "$server_pid"
+    # A new peer on the same socket: its QPs are new, so the old ones still
+    # time out, but the requester's planes come back.
+    sleep 1
+    rm -f "$work/memif.sock"  # the dead server's, which memif does not reclaim
+    start_server
     rc=0
     wait "$client_pid" || rc=$?
     grep -v "EV event" "$work/client.log" | tail -n 5
@@ -246,9 +253,12 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 w, c = j["workload"], j["devices"]["mrc0"]["counters"]
 print(f"requester: {w['bytes']} B before the peer died, {w['errors']} error completions, "
-      f"retry_exceeded={c.get('qp_retry_exceeded', 0)}, first error: {w.get('first_error')}")
+      f"retry_exceeded={c.get('qp_retry_exceeded', 0)}, first error: {w.get('first_error')}, "
+      f"planes down {c.get('nic_port_down_events', 0)} and back {c.get('nic_port_up_events', 0)}")
 if w["integrity_ok"] or w["errors"] == 0 or c.get("qp_retry_exceeded", 0) == 0:
     sys.exit("the QPs did not time out into ERROR")
+if c.get("nic_port_down_events", 0) != 4 or c.get("nic_port_up_events", 0) != 4:
+    sys.exit("the engine did not hear of all 4 planes going down and coming back with the new peer")
 EOF
     ;;
   rings | rings-steer)
