@@ -19,6 +19,7 @@
 #include <mrc.h>
 #include <infiniband/verbs.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +39,40 @@
 static struct mrc_comp_channel *chan;
 static volatile int waiter_done;
 static int waiter_rc, waiter_errno;
+
+/* SIGSTOP takes effect when each thread next runs: until every thread of
+ * the NIC reads stopped (T), its control thread may still answer. */
+static int all_stopped(pid_t pid)
+{
+	char path[320], line[512];
+	struct dirent *e;
+	DIR *d;
+	int stopped = 1, seen = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return 0;
+	while ((e = readdir(d))) {
+		FILE *f;
+		char *close_paren;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/stat", (int)pid, e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(line, sizeof(line), f) && (close_paren = strrchr(line, ')')) && close_paren[1] == ' ') {
+			seen = 1;
+			if (close_paren[2] != 'T' && close_paren[2] != 't')
+				stopped = 0;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return seen && stopped;
+}
 
 static void *waiter(void *arg)
 {
@@ -125,6 +160,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (stop) {
+		end = now_ms() + WAIT_MS;
+		while (!all_stopped(nic) && now_ms() < end)
+			usleep(1000);
+		if (!all_stopped(nic)) {
+			report(0, "stop the NIC", "pid %d not stopped after %d ms", (int)nic, WAIT_MS);
+			kill(nic, SIGCONT);
+			return 1;
+		}
 		/* The stopped NIC still holds its sockets: only a timeout ends a call. */
 		t0 = now_ms();
 		errno = 0;
