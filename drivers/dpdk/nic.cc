@@ -146,7 +146,31 @@ struct Shard::Impl final : engine::Env {
       if (!up) faulted[p] = false;
       usable[p] = up && !faulted[p];
       tell_engine(p, at);
+      announce(p, at);
     }
+  }
+  // Each time a plane's port comes up (the first time too), two
+  // announcements of our address, kAnnounceInterval apart (RFC 5227 2.3):
+  // a peer that cached the MAC we had before a restart learns the new one,
+  // and the second reaches a peer whose own side came up a little later.
+  static constexpr Nanos kAnnounceInterval = 2'000'000'000;
+  std::array<bool, engine::kMaxPlanes> announced_up{};
+  std::array<uint8_t, engine::kMaxPlanes> announcements_due{};
+  std::array<Nanos, engine::kMaxPlanes> announce_at{};
+  void announce(uint32_t plane, Nanos at) {
+    if (usable[plane] && !announced_up[plane]) {
+      announcements_due[plane] = 2;
+      announce_at[plane] = at;
+    }
+    announced_up[plane] = usable[plane];
+    if (!usable[plane] || !announcements_due[plane] || at < announce_at[plane]) return;
+    std::array<uint8_t, nic::kLinkReplyCapacity> frame;
+    if (const size_t n = nic::build_announcement(ident[plane], frame)) {
+      send_raw(plane, std::span<const uint8_t>(frame.data(), n));
+      s.ctr_.inc(ShardCtr::link_announcements);
+    }
+    --announcements_due[plane];
+    announce_at[plane] = at + kAnnounceInterval;
   }
   // The engine hears at once when its own port goes down, faults or comes
   // back, as a NIC's transport hears of its PHY: it resends what was in
@@ -471,7 +495,7 @@ struct Shard::Impl final : engine::Env {
       ip.bytes = *fact->ipv6;
     else
       return false;
-    return dev.learn_neighbour(ip, fact->mac);
+    return dev.learn_neighbour(ip, fact->mac, fact->refresh_only);
   }
 
   void send_raw(uint32_t plane, std::span<const uint8_t> frame) {
@@ -769,7 +793,7 @@ void Device::add_static_neighbour(const wire::IpAddr& ip, uint64_t mac) {
   neigh_[ip.bytes] = NeighbourEntry{mac, true};
 }
 
-bool Device::learn_neighbour(const wire::IpAddr& ip, uint64_t mac) {
+bool Device::learn_neighbour(const wire::IpAddr& ip, uint64_t mac, bool refresh_only) {
   std::lock_guard<std::mutex> g(neigh_mu_);
   auto it = neigh_.find(ip.bytes);
   if (it != neigh_.end()) {
@@ -777,7 +801,7 @@ bool Device::learn_neighbour(const wire::IpAddr& ip, uint64_t mac) {
     it->second.mac = mac;
     return true;
   }
-  if (neigh_.size() >= kMaxNeighbours) return false;
+  if (refresh_only || neigh_.size() >= kMaxNeighbours) return false;
   neigh_.emplace(ip.bytes, NeighbourEntry{mac, false});
   return true;
 }

@@ -212,9 +212,9 @@ class Device {
   // Fault parameters change from the control thread; workers read them.
   std::array<std::atomic<uint64_t>, engine::kMaxPlanes> drop_ppb_{}, corrupt_ppb_{}, delay_ns_{};
   // Records a binding an lcore learned from an ARP/ND frame. False if a
-  // static entry keeps another MAC for the IP, or the table is full and the
-  // IP is new.
-  bool learn_neighbour(const wire::IpAddr& ip, uint64_t mac);
+  // static entry keeps another MAC for the IP, or the IP is new and the
+  // table is full or the frame was an announcement (refresh_only).
+  bool learn_neighbour(const wire::IpAddr& ip, uint64_t mac, bool refresh_only = false);
   // Written by lcores (only for ARP/ND frames that teach a binding, never on
   // the RoCEv2 path) and the control thread; read by control and telemetry.
   struct NeighbourEntry {

@@ -40,6 +40,7 @@ namespace mrc::dp {
   X(tx_lost_in_fault, "frames forgotten after a TX burst faulted (never freed twice)")  \
   X(port_down_events, "planes the engine was told are down: link lost or port faulted") \
   X(port_up_events, "planes the engine was told are back")                              \
+  X(link_announcements, "gratuitous ARPs / unsolicited NAs sent as a plane came up")    \
   X(host_sqe, "send WQEs taken from host SQs")                                          \
   X(host_rqe, "receive WQEs taken from host RQs")                                       \
   X(host_cqe, "completions written to host CQs")                                        \

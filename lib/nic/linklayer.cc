@@ -338,12 +338,15 @@ std::optional<NeighbourFact> learn_arp(const PlaneIdentity& me, std::span<const 
   // Only exchanges we are party to: a request for us or the answer to ours.
   // Replies may be broadcast (RFC 5227 announcements), so both MACs pass.
   if (dst_mac != kBroadcastMac && dst_mac != me.mac) return std::nullopt;
-  if (load_be32(arp + kArpTpaOffset) != *me.ipv4) return std::nullopt;
   const uint64_t sha = load_mac(arp + kArpShaOffset);
   const uint32_t spa = load_be32(arp + kArpSpaOffset);
+  const uint32_t tpa = load_be32(arp + kArpTpaOffset);
+  // A broadcast announcement of the sender's own binding (RFC 5227 2.3).
+  const bool announcement = tpa == spa && dst_mac == kBroadcastMac;
+  if (tpa != *me.ipv4 && !announcement) return std::nullopt;
   // A sender claiming our address is a conflict, not a neighbour.
   if (!is_station_mac(sha) || !is_unicast_ipv4(spa) || spa == *me.ipv4) return std::nullopt;
-  return NeighbourFact{.ipv4 = spa, .ipv6 = std::nullopt, .mac = sha};
+  return NeighbourFact{.ipv4 = spa, .ipv6 = std::nullopt, .mac = sha, .refresh_only = announcement};
 }
 
 std::optional<NeighbourFact> learn_nd(const PlaneIdentity& me, std::span<const uint8_t> frame, uint64_t dst_mac) {
@@ -362,15 +365,23 @@ std::optional<NeighbourFact> learn_nd(const PlaneIdentity& me, std::span<const u
 
   Ip6 ip6{};
   std::optional<uint64_t> lla;
+  bool refresh_only = false;
   switch (icmp[0]) {
     case kIcmpv6NeighbourAdvert:
-      // The answer to our solicitation comes unicast. Unsolicited ones to all
-      // nodes may only refresh an existing entry (RFC 4861 7.2.5), which
-      // needs state this function does not have.
-      if (dst != ours || dst_mac != me.mac) return std::nullopt;
-      if (!scan_nd_options(icmp, kNdOptTargetLinkAddr, lla)) return std::nullopt;
+      // The answer to our solicitation comes unicast. An unsolicited one to
+      // all nodes may only refresh an existing entry, and replaces its
+      // address only with the override flag and an address option (RFC 4861
+      // 7.2.5).
+      if (dst == kAllNodes && dst_mac == multicast_mac(kAllNodes)) {
+        if (!(load_be32(icmp.data() + kNdFlagsOffset) & kNaFlagOverride)) return std::nullopt;
+        if (!scan_nd_options(icmp, kNdOptTargetLinkAddr, lla) || !lla) return std::nullopt;
+        refresh_only = true;
+      } else {
+        if (dst != ours || dst_mac != me.mac) return std::nullopt;
+        if (!scan_nd_options(icmp, kNdOptTargetLinkAddr, lla)) return std::nullopt;
+        if (!lla) lla = wire::EthView(frame.data()).src_mac();
+      }
       ip6 = target;
-      if (!lla) lla = wire::EthView(frame.data()).src_mac();
       break;
     case kIcmpv6NeighbourSolicit:
       // Only a solicitation naming its link address binds its source
@@ -382,7 +393,7 @@ std::optional<NeighbourFact> learn_nd(const PlaneIdentity& me, std::span<const u
     default: return std::nullopt;
   }
   if (is_unspecified(ip6) || is_multicast(ip6) || ip6 == ours || !is_station_mac(*lla)) return std::nullopt;
-  return NeighbourFact{.ipv4 = std::nullopt, .ipv6 = ip6, .mac = *lla};
+  return NeighbourFact{.ipv4 = std::nullopt, .ipv6 = ip6, .mac = *lla, .refresh_only = refresh_only};
 }
 
 }  // namespace
@@ -407,6 +418,25 @@ size_t build_arp_request(const PlaneIdentity& me, uint32_t target_ipv4, std::spa
   write_arp(out.data(), kBroadcastMac,
             {.op = kArpOpRequest, .sha = me.mac, .spa = *me.ipv4, .tha = 0, .tpa = target_ipv4});
   return kMinFrameLen;
+}
+
+size_t build_announcement(const PlaneIdentity& me, std::span<uint8_t> out) {
+  if (me.ipv4) {
+    if (out.size() < kMinFrameLen) return 0;
+    write_arp(out.data(), kBroadcastMac,
+              {.op = kArpOpRequest, .sha = me.mac, .spa = *me.ipv4, .tha = 0, .tpa = *me.ipv4});
+    return kMinFrameLen;
+  }
+  if (!me.ipv6 || out.size() < kNdFrameLen) return 0;
+  write_nd(out.data(), {.dst_mac = multicast_mac(kAllNodes),
+                        .src_mac = me.mac,
+                        .src = *me.ipv6,
+                        .dst = kAllNodes,
+                        .type = kIcmpv6NeighbourAdvert,
+                        .flags = kNaFlagOverride,
+                        .target = *me.ipv6,
+                        .option = kNdOptTargetLinkAddr});
+  return kNdFrameLen;
 }
 
 size_t build_neighbour_solicitation(const PlaneIdentity& me, const Ip6& target, std::span<uint8_t> out) {

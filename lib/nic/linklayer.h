@@ -57,11 +57,22 @@ size_t build_arp_request(const PlaneIdentity& me, uint32_t target_ipv4, std::spa
 size_t build_neighbour_solicitation(const PlaneIdentity& me, const std::array<uint8_t, 16>& target,
                                     std::span<uint8_t> out);
 
+// An announcement of my own binding, for peers that cached an older one
+// (we restarted with another MAC): a broadcast ARP announcement, sender and
+// target both my IPv4 (RFC 5227 2.3), or else an unsolicited Neighbour
+// Advertisement of my IPv6 address to all nodes with the override flag
+// (RFC 4861 7.2.6). 0 if me has neither address.
+size_t build_announcement(const PlaneIdentity& me, std::span<uint8_t> out);
+
 // One binding learned from the link: exactly one of ipv4/ipv6 is set.
 struct NeighbourFact {
   std::optional<uint32_t> ipv4;  // host order
   std::optional<std::array<uint8_t, 16>> ipv6;
   uint64_t mac = 0;  // a station address: non-zero, group bit clear
+  // From an announcement (gratuitous ARP, unsolicited NA): it may only
+  // update a binding already cached, never add one (RFC 4861 7.2.5; Linux's
+  // arp_accept=0), so a flood of them cannot fill the cache.
+  bool refresh_only = false;
   bool operator==(const NeighbourFact&) const = default;
 };
 
@@ -74,7 +85,10 @@ struct NeighbourFact {
 //    Ethernet source;
 //  - a Neighbour Solicitation for my IPv6 address (unicast, or to my
 //    solicited-node group) carrying a source link-layer address option: its
-//    IPv6 source at that address.
+//    IPv6 source at that address;
+//  - refresh_only: a broadcast ARP announcement (sender and target protocol
+//    addresses equal), and a Neighbour Advertisement to all nodes with the
+//    override flag and a target link-layer address option.
 // Anything malformed (short, wrong types or lengths, ND hop limit not 255, ND
 // code not 0, bad ICMPv6 checksum or options) is nullopt, as is a binding to
 // a zero or group MAC or to an IP that is zero/unspecified, multicast,

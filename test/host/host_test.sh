@@ -18,6 +18,9 @@
 #             fails with ETIMEDOUT after MRC_CMD_TIMEOUT_MS, the device then
 #             counts as failed; resumed, the NIC reclaims the failed client
 #             and serves a new one
+#   nic-restart two mrc-nic processes over memif: the responder's NIC is
+#             killed and started again (new MACs); mrc-perf between the same
+#             devices works again (memif redial, ARP announcements)
 #   perf      mrc-perf sweeps 1 B .. 4 MiB (WRITE, then WRITE_IMM) with
 #             integrity checks, and a latency sweep
 #   ctl       test/host/ctl_test.c, a C controller on mrc_ctl.h built against
@@ -219,6 +222,78 @@ case $case_name in
       echo "clients_reclaimed $before -> $after"
       [ "$after" -gt "$before" ] || fail "the timed-out client was not reclaimed (clients_reclaimed $before -> $after)"
     fi
+    ;;
+  nic-restart)
+    # Two mrc-nic processes over 2 memif planes. The responder's NIC is
+    # killed and started again, with new MACs: the requester's NIC must find
+    # it again (its memif client ports redial; the new NIC announces its
+    # addresses, which replace the cached MACs), so a second mrc-perf run
+    # between the same devices completes.
+    perf=$build/app/mrc-perf
+    sock=$work/memif.sock
+    rm -rf "$MRC_RUN_DIR" "$sock"
+    vdevs() { # role
+      for p in 0 1; do echo "--vdev=net_memif$p,role=$1,id=$p,socket=$sock,socket-abstract=no"; done
+    }
+    planes() { # device host
+      for p in 0 1; do echo "--plane=$1 port=net_memif$p ip=10.0.$p.$2"; done
+    }
+    start_responder() {
+      mapfile -t v < <(vdevs server)
+      mapfile -t pl < <(planes mrc1 2)
+      timeout 120 "$nic" --no-huge -m 1024 --no-pci --file-prefix "${prefix}r" -l 0,1 --log-level='*:warning' \
+        "${v[@]}" -- --device mrc1 "${pl[@]}" >"$work/responder$1.out" 2>"$work/responder$1.err" &
+      pids+=($!)
+      responder=$!
+      # A memif client connects only to a socket that exists; the device is
+      # served once its links are up, so after the requester's NIC.
+      for _ in $(seq 100); do
+        [ -S "$sock" ] && return 0
+        sleep 0.1
+      done
+      fail "the responder's mrc-nic ($1) did not start"
+    }
+    wait_served() { # device
+      for _ in $(seq 150); do
+        [ -S "$MRC_RUN_DIR/$1.sock" ] && return 0
+        sleep 0.1
+      done
+      fail "$1 is not served"
+    }
+    run_perf() { # round
+      local port
+      port=$($py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+      timeout 60 "$perf" --dev mrc1 --port "$port" >"$work/server$1.txt" 2>&1 &
+      local server=$!
+      sleep 0.5
+      timeout 60 "$perf" --dev mrc0 --connect "127.0.0.1:$port" --size 64K --qps 2 --seconds 1 \
+        >"$work/client$1.txt" 2>&1 || { tail -3 "$work/client$1.txt" >&2; fail "mrc-perf round $1"; }
+      wait "$server" || fail "the mrc-perf server of round $1"
+      grep -q '^integrity: ok' "$work/client$1.txt" || fail "mrc-perf round $1: no integrity line"
+      echo "round $1: $(grep -E '^ +65536 ' "$work/client$1.txt")"
+    }
+    start_responder 1
+    mapfile -t v < <(vdevs client)
+    mapfile -t pl < <(planes mrc0 1)
+    timeout 120 "$nic" --no-huge -m 1024 --no-pci --file-prefix "${prefix}q" --lcores '0@1,1@0' \
+      --log-level='*:warning' "${v[@]}" -- --device mrc0 "${pl[@]}" >"$work/requester.out" 2>"$work/nic.err" &
+    pids+=($!)
+    requester=$!
+    wait_served mrc0
+    wait_served mrc1
+    run_perf 1
+    pkill -KILL -P "$responder"
+    wait "$responder" 2>/dev/null || true
+    rm -f "$sock" "$MRC_RUN_DIR/mrc1.sock"
+    start_responder 2
+    wait_served mrc1
+    # The requester redials each second; then each side announces itself.
+    for _ in $(seq 100); do
+      [ "$(grep -c 'connected again' "$work/nic.err")" -ge 2 ] && break
+      sleep 0.1
+    done
+    grep 'connected again' "$work/nic.err" || fail "the requester's memif ports did not connect to the new responder"
+    run_perf 2
     ;;
   perf)
     perf=$build/app/mrc-perf

@@ -702,9 +702,15 @@ TEST_CASE("invalid or foreign Neighbour Advertisements are not learned", "[linkl
   o.dst_mac = kOtherMac;
   CHECK_FALSE(learned(o));
   o = {};
-  o.dst = kAllNodes;  // unsolicited: refreshes only, which needs a cache
+  o.dst = kAllNodes;  // unsolicited without override: may not replace a cached address
   o.dst_mac = 0x333300000001ull;
+  o.flags = 0;
+  CHECK_FALSE(learned(o));
   o.flags = 0x20000000;
+  o.tlla = false;  // nor without saying which address
+  CHECK_FALSE(learned(o));
+  o.tlla = true;
+  o.dst_mac = kOurMac;  // all nodes' address at another MAC
   CHECK_FALSE(learned(o));
 
   PlaneIdentity v4only = me();
@@ -780,4 +786,72 @@ TEST_CASE("truncated ND frames are never learned from and never overread", "[lin
       CHECK(learn(Bytes(f.begin(), f.begin() + static_cast<std::ptrdiff_t>(n))).has_value() == (n >= full));
     }
   }
+}
+
+NeighbourFact refresh(NeighbourFact f) {
+  f.refresh_only = true;
+  return f;
+}
+
+TEST_CASE("build_announcement writes an RFC 5227 ARP announcement, or an unsolicited NA", "[linklayer]") {
+  const Bytes a = built([](std::span<uint8_t> out) { return build_announcement(me(), out); });
+  Bytes want;
+  eth(want, 0xFFFFFFFFFFFFull, kOurMac, 0x0806);
+  put(want, 1, 2);
+  put(want, 0x0800, 2);
+  put(want, 6, 1);
+  put(want, 4, 1);
+  put(want, 1, 2);  // a request
+  put(want, kOurMac, 6);
+  put(want, kOurIp4, 4);
+  put(want, 0, 6);
+  put(want, kOurIp4, 4);  // asking for itself: an announcement
+  want.resize(60, 0);
+  CHECK(a == want);
+  CHECK(built([](std::span<uint8_t> out) { return build_announcement(me(), out); }, 59).empty());
+
+  PlaneIdentity v6only = me();
+  v6only.ipv4.reset();
+  const Bytes na6 = built([&](std::span<uint8_t> out) { return build_announcement(v6only, out); });
+  check_na(na6, 0x333300000001ull, kAllNodes, false);  // override, not solicited
+  CHECK(built([&](std::span<uint8_t> out) { return build_announcement(v6only, out); }, 85).empty());
+  PlaneIdentity none = me();
+  none.ipv4.reset();
+  none.ipv6.reset();
+  CHECK(built([&](std::span<uint8_t> out) { return build_announcement(none, out); }).empty());
+}
+
+TEST_CASE("announcements refresh a binding and never add one", "[linklayer]") {
+  // The peer announces itself; we learn a refresh-only binding.
+  const Bytes garp = built([](std::span<uint8_t> out) { return build_announcement(peer(), out); });
+  CHECK(learn(garp) == refresh(fact4(kPeerIp4, kPeerMac)));
+  Bytes as_reply = garp;  // RFC 5227 allows a reply too
+  set(as_reply, 20, 2, 2);
+  CHECK(learn(as_reply) == refresh(fact4(kPeerIp4, kPeerMac)));
+  Bytes unicast = garp;  // an announcement is broadcast
+  set(unicast, 0, kOurMac, 6);
+  CHECK_FALSE(learn(unicast));
+  Bytes ours = garp;  // a peer announcing our address is a conflict
+  set(ours, kSpa, kOurIp4, 4);
+  set(ours, kTpa, kOurIp4, 4);
+  CHECK_FALSE(learn(ours));
+  Bytes probe = garp;  // an RFC 5227 probe (sender 0.0.0.0) binds nothing
+  set(probe, kSpa, 0, 4);
+  CHECK_FALSE(learn(probe));
+  PlaneIdentity v6only = me();
+  v6only.ipv4.reset();
+  CHECK_FALSE(learn(garp, v6only));
+
+  PlaneIdentity peer6 = peer();
+  peer6.ipv4.reset();
+  const Bytes una = built([&](std::span<uint8_t> out) { return build_announcement(peer6, out); });
+  CHECK(learn(una) == refresh(fact6(kPeerIp6, kPeerMac)));
+  NaOpts o;
+  o.dst = kAllNodes;
+  o.dst_mac = 0x333300000001ull;
+  o.flags = 0x20000000;
+  CHECK(learn(na(o)) == refresh(fact6(kPeerIp6, kPeerMac)));
+  // Our own, looped back, teaches us nothing.
+  CHECK_FALSE(learn(built([](std::span<uint8_t> out) { return build_announcement(me(), out); })));
+  CHECK_FALSE(learn(built([&](std::span<uint8_t> out) { return build_announcement(v6only, out); })));
 }
