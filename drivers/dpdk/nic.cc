@@ -446,11 +446,13 @@ struct Shard::Impl final : engine::Env {
           return;
         }
         case nic::LinkVerdict::not_ours:
-          // ARP replies and Neighbour Advertisements land here: used, not dropped.
-          if (learn_from(plane, frame))
-            s.ctr_.inc(ShardCtr::neighbours_learned);
-          else
-            count_drop(plane, ShardCtr::rx_drop_not_ours);
+          // ARP replies, Neighbour Advertisements and peers' announcements
+          // land here: used, not dropped.
+          switch (learn_from(plane, frame)) {
+            case Learned::yes: s.ctr_.inc(ShardCtr::neighbours_learned); break;
+            case Learned::announcement_unused: s.ctr_.inc(ShardCtr::rx_announcements_unused); break;
+            case Learned::no: count_drop(plane, ShardCtr::rx_drop_not_ours); break;
+          }
           rte_pktmbuf_free(m);
           return;
         case nic::LinkVerdict::malformed:
@@ -483,19 +485,24 @@ struct Shard::Impl final : engine::Env {
       drain_completions();
   }
 
-  // Records the binding an ARP/ND frame tells us of, if any; true if it
-  // entered the device's neighbour table.
-  bool learn_from(uint32_t plane, std::span<const uint8_t> frame) {
+  // Records the binding an ARP/ND frame tells us of, if any.
+  enum class Learned : uint8_t {
+    yes,                  // it entered the device's neighbour table
+    announcement_unused,  // a peer's announcement that changed no entry (none, or static)
+    no,
+  };
+  Learned learn_from(uint32_t plane, std::span<const uint8_t> frame) {
     const auto fact = nic::learn_neighbour(ident[plane], frame);
-    if (!fact) return false;
+    if (!fact) return Learned::no;
     wire::IpAddr ip;
     if (fact->ipv4)
       ip = wire::IpAddr::from_v4(*fact->ipv4);
     else if (fact->ipv6)
       ip.bytes = *fact->ipv6;
     else
-      return false;
-    return dev.learn_neighbour(ip, fact->mac, fact->refresh_only);
+      return Learned::no;
+    if (dev.learn_neighbour(ip, fact->mac, fact->refresh_only)) return Learned::yes;
+    return fact->refresh_only ? Learned::announcement_unused : Learned::no;
   }
 
   void send_raw(uint32_t plane, std::span<const uint8_t> frame) {

@@ -15,7 +15,8 @@
 # of mrc1 can be attributed and is asserted exactly. Pass 2 adds garbage,
 # bit flips, random BTHs, ARP/ND and runts, and asserts that nothing
 # crashes, the workload's data stays intact, and every frame is accounted
-# for: nic_rx_frames == nic_rx_to_engine + sum(nic_rx_drop_*) + replies.
+# for: nic_rx_frames == nic_rx_to_engine + sum(nic_rx_drop_*) + replies +
+# ARP/ND learned or announced.
 set -euo pipefail
 
 [[ $# -eq 3 ]] || { echo "usage: $0 MRC_NIC MRC_CRAFT WORKDIR" >&2; exit 2; }
@@ -104,8 +105,8 @@ common_checks() {
     for k in "${!R[@]}"; do [[ $k == $dev.nic_rx_drop_* ]] && drops=$((drops + R[$k])); done
     check "$dev: nic_rx_frames $(r $dev.nic_rx_frames) == rx_to_engine $(r $dev.nic_rx_to_engine) \
 + nic_rx_drop_* $drops + arp_replies $(r $dev.nic_arp_replies) + nd_replies $(r $dev.nic_nd_replies) \
-+ neighbours_learned $(r $dev.nic_neighbours_learned)" \
-      test "$(r $dev.nic_rx_frames)" -eq $(($(r $dev.nic_rx_to_engine) + drops + $(r $dev.nic_arp_replies) + $(r $dev.nic_nd_replies) + $(r $dev.nic_neighbours_learned)))
++ neighbours_learned $(r $dev.nic_neighbours_learned) + rx_announcements_unused $(r $dev.nic_rx_announcements_unused)" \
+      test "$(r $dev.nic_rx_frames)" -eq $(($(r $dev.nic_rx_to_engine) + drops + $(r $dev.nic_arp_replies) + $(r $dev.nic_nd_replies) + $(r $dev.nic_neighbours_learned) + $(r $dev.nic_rx_announcements_unused)))
     planes=0
     for p in 0 1 2; do planes=$((planes + $(r $dev.plane$p.rx_frames))); done
     check "$dev: nic_rx_frames $(r $dev.nic_rx_frames) == sum of the planes' rx_frames $planes" \
