@@ -1113,7 +1113,6 @@ void Nic::redial_memif_clients() {
     if (!r.down) {
       r.down = true;
       r.tries = 0;
-      r.down_since = t;
       r.next_try = t + kEvery;
       continue;
     }

@@ -265,7 +265,7 @@ class Nic {
   struct Redial {
     uint16_t port;
     std::string name;
-    std::chrono::steady_clock::time_point down_since, next_try;
+    std::chrono::steady_clock::time_point next_try;
     bool down = false;
     uint32_t tries = 0;
   };
