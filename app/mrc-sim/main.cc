@@ -1019,6 +1019,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"mrc-sim: the MRC engine on a simulated multi-plane leaf-spine fabric; prints a JSON summary"};
   app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file");
+  // A misspelt key (hostz = 64) or a section ([sim]) was ignored and the
+  // run went ahead on the defaults, as if the file had been read.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--scenario", o.scenario, "scenario name for the summary");
   app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
   app.add_option("--seed", o.seed)->capture_default_str();

@@ -85,6 +85,13 @@ printf 'loss = nan\n' >"$work/nan.conf"
 expect loss --config "$work/nan.conf"
 printf 'fail-link = "host:0:99"\nfail-at-us = 10\n' >"$work/target.conf"
 expect --fail-link --config "$work/target.conf"
+# Keys that name no option, and a file that is no config (were ignored: the run used the defaults).
+printf 'hosts = 4\nhostz = 64\n' >"$work/typo.conf"
+expect hostz --config "$work/typo.conf"
+printf '[sim]\nhosts = 4\n' >"$work/section.conf"
+expect "parse sim" --config "$work/section.conf"
+head -c 2000 "$sim" >"$work/binary.conf"
+expect "not able to parse" --config "$work/binary.conf"
 
 # Good options still run, failures included.
 good() {
