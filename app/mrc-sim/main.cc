@@ -643,6 +643,13 @@ int Sim::run() {
   fc.engine_template.max_qps = std::max<uint32_t>(1, *std::max_element(qps_at.begin(), qps_at.end()));
   try {
     net_ = std::make_unique<sim::Fabric>(fc);
+  } catch (const std::bad_alloc&) {
+    // Was "mrc-sim: std::bad_alloc": say which options sized it.
+    fmt::print(stderr,
+               "mrc-sim: --hosts: not enough memory for {} hosts on {} planes, each NIC with room for {} QPs "
+               "(--workload {}, --qps-per-pair {})\n",
+               o_.hosts, o_.planes, fc.engine_template.max_qps, o_.workload, o_.qps_per_pair);
+    return 2;
   } catch (const std::exception& e) {
     fmt::print(stderr, "mrc-sim: {}\n", e.what());
     return 2;
@@ -694,13 +701,28 @@ int Sim::run() {
     }
     net_->set_payload_tokens([this](uint32_t h, const sim::EngineHosts::Placement& p) { ledger_.place(h, p); });
   }
-  for (uint32_t i = 0; i < qps_.size(); ++i) {
-    if (!setup_qp(qps_[i], i)) {
-      fmt::print(stderr, "mrc-sim: QP setup failed (qp {})\n", i);
-      return 2;
+  // The bounds above leave room for runs bigger than this machine's memory
+  // (payload bytes up to kMaxSlotBytes): running out was std::terminate.
+  try {
+    for (uint32_t i = 0; i < qps_.size(); ++i) {
+      if (!setup_qp(qps_[i], i)) {
+        fmt::print(stderr, "mrc-sim: QP setup failed (qp {})\n", i);
+        return 2;
+      }
+      req_index_[uint64_t(qps_[i].src) << 32 | qps_[i].qpn_req] = i;
+      resp_index_[uint64_t(qps_[i].dst) << 32 | qps_[i].qpn_resp] = i;
     }
-    req_index_[uint64_t(qps_[i].src) << 32 | qps_[i].qpn_req] = i;
-    resp_index_[uint64_t(qps_[i].dst) << 32 | qps_[i].qpn_resp] = i;
+  } catch (const std::bad_alloc&) {
+    if (tokens_)
+      fmt::print(stderr,
+                 "mrc-sim: --hosts: not enough memory for {} QPs of {} EVs (--workload {}, --qps-per-pair {}, --evs)\n",
+                 qps_.size(), o_.evs, o_.workload, o_.qps_per_pair);
+    else
+      fmt::print(stderr,
+                 "mrc-sim: --message-bytes: not enough memory for the responders' slots with payload bytes ({} QPs x "
+                 "{} slots (--outstanding) x {} bytes; --payload tokens needs none)\n",
+                 qps_.size(), slots(), max_msg());
+    return 2;
   }
   net_->set_completion_hook([this](uint32_t h, const Completion& c) { on_completion(h, c); });
   net_->at(kStart, [this] {
