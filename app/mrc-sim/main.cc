@@ -113,6 +113,9 @@ constexpr uint64_t kMaxLedgerBytes = 1ull << 30;  // with tokens: the ledger's b
 constexpr double kMaxUs = 1e12;                   // any time in us: ~11 days, far from Nanos overflow
 constexpr uint64_t kMaxFlaps = 1000000;           // scheduled up front, one event each
 constexpr uint64_t kMaxSamples = 100000000;       // duration / sample period: 16 bytes each
+// --timeline keeps a per-plane array beside each sample as well: 5x the
+// memory, and past 4 GB at kMaxSamples.
+constexpr uint64_t kTimelineSampleBytes = 16 + 8 * kMaxPlanes;
 // Headers around an MTU of payload (Eth+VLAN+IPv6+UDP+BTH+extension headers
 // fit in 128 bytes, as in FrameTemplate) and the ICRC: a queue smaller than
 // that drops every full frame and the run silently completes nothing.
@@ -959,9 +962,10 @@ std::string check_options(const Options& o) {
     return fmt::format("--hosts: {} hosts with --workload {} and --qps-per-pair {} make {} QPs, more than {}", o.hosts,
                        o.workload, o.qps_per_pair, flows * o.qps_per_pair, kMaxQps);
 
-  if (o.duration_us / o.sample_us > double(kMaxSamples))
-    return fmt::format("--sample-us: {} us over --duration-us {} is more than {} samples", o.sample_us, o.duration_us,
-                       kMaxSamples);
+  const uint64_t max_samples = o.timeline.empty() ? kMaxSamples : kMaxSamples * 16 / kTimelineSampleBytes;
+  if (o.duration_us / o.sample_us > double(max_samples))
+    return fmt::format("--sample-us: {} us over --duration-us {} is more than {} samples{}", o.sample_us, o.duration_us,
+                       max_samples, o.timeline.empty() ? "" : " with --timeline");
 
   // Failures: one target, inside the fabric, at a time the run can reach.
   const int targets = (o.fail_plane >= 0) + !o.fail_link.empty() + !o.fail_switch.empty();

@@ -53,6 +53,7 @@ expect --flap-period-us --fail-plane 0 --fail-at-us 10 --flap-period-us 0.000001
 expect --message-bytes --message-bytes 4294967295
 expect --hosts --workload alltoall --hosts 65534
 expect --sample-us --sample-us 0.0000001 --duration-us 100
+expect --sample-us --loss 1 --sample-us 0.01 --duration-us 1000000 --timeline "$work/timeline.csv"
 # Within the bounds but beyond the 4 GB above (was std::terminate on bad_alloc).
 expect --message-bytes --qps-per-pair 2 --outstanding 256 --message-bytes 16777216 --payload bytes
 # Not finite, or out of range.
