@@ -936,6 +936,12 @@ std::string check_options(const Options& o) {
   if (o.fabric_queue_bytes < frame)
     return fmt::format("--fabric-queue-bytes: {} cannot hold one frame of MTU {} (at least {})", o.fabric_queue_bytes,
                        o.mtu, frame);
+  // A data frame that would take a queue past --trim-bytes is cut to its
+  // headers: below one frame every one is, on an empty queue too, and the
+  // run completes nothing (exit 0 after burning --duration-us).
+  if (o.trim_bytes && o.trim_bytes < frame)
+    return fmt::format("--trim-bytes: {} would trim every frame of MTU {} (at least {}, or 0: no trimming)",
+                       o.trim_bytes, o.mtu, frame);
 
   // The shape as sim::Fabric derives it (its own checks come after the
   // allocations these bounds prevent).

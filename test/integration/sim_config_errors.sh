@@ -75,6 +75,8 @@ expect --fabric-delay-ns --fabric-delay-ns inf
 expect --host-queue-bytes --host-queue-bytes 100
 expect --host-queue-bytes --host-queue-bytes 0
 expect --fabric-queue-bytes --fabric-queue-bytes 4096
+expect --trim-bytes --trim-bytes 100
+expect --trim-bytes --mtu 8192 --trim-bytes 8192
 expect --messages --messages 0
 expect --hosts --hosts 0
 expect --hosts --hosts 1
@@ -114,6 +116,7 @@ good --hosts 32 --hosts-per-leaf 8 --workload permutation --planes 2 --message-b
 good --hosts 32 --hosts-per-leaf 8 --planes 2 --message-bytes 65536 \
   --fail-switch spine:1:7 --fail-at-us 5 --flap-period-us 10 --restore-at-us 60
 good --timeout -1 --retry-exp 25 --evs 32768 --host-queue-bytes 4228
+good --hosts 32 --hosts-per-leaf 8 --workload incast --trim-bytes 4228
 
 echo "summary: $pass passed, $fail failed"
 [ $fail -eq 0 ]
