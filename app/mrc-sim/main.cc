@@ -1054,7 +1054,15 @@ int main(int argc, char** argv) {
   // A misspelt key (hostz = 64) or a section ([sim]) was ignored and the
   // run went ahead on the defaults, as if the file had been read.
   app.allow_config_extras(CLI::config_extras_mode::error);
-  app.add_option("--scenario", o.scenario, "scenario name for the summary");
+  // The name goes into the JSON summary as it is: a quote made it invalid.
+  app.add_option("--scenario", o.scenario, "scenario name for the summary")
+      ->check(CLI::Validator(
+          [](std::string& in) -> std::string {
+            for (const unsigned char c : in)
+              if (c == '"' || c == '\\' || c < 0x20) return "no quotes, backslashes or control characters";
+            return "";
+          },
+          "NAME"));
   app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--hosts", o.hosts)->check(CLI::Range(2u, 65534u))->capture_default_str();

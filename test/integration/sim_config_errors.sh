@@ -85,6 +85,7 @@ expect --retry-exp --retry-exp 30
 expect --evs --evs 100000
 expect --message-bytes --message-bytes 0
 expect --incast-degree --incast-degree 0
+expect --scenario --scenario 'a"b'
 # From a config file too.
 printf 'loss = nan\n' >"$work/nan.conf"
 expect loss --config "$work/nan.conf"
