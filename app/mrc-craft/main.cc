@@ -441,6 +441,8 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"mrc-craft: write pcap files of MRC and RoCEv2 packets (test vectors, replay traffic)"};
   app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file");
+  // A misspelt key (sizes = 4) was ignored and the defaults were written.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--out,-o", o.out, "pcap file to write")->required();
   app.add_option("--manifest", o.manifest, "also write the fields of each frame as JSON lines");
   app.add_option("--src-mac", o.src_mac, "requester MAC (plane p adds p)")->capture_default_str();
