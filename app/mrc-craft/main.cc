@@ -22,6 +22,10 @@ namespace {
 
 using namespace mrc::wire;
 
+// Every frame is held in memory until the pcap is written: at an MTU of 256
+// a GiB of messages is 1.7 GB of frames.
+constexpr uint64_t kMaxTotalBytes = 1ull << 30;
+
 struct Options {
   std::string out;
   std::string manifest;
@@ -508,6 +512,11 @@ int main(int argc, char** argv) {
     if (fmt == EvFormat::stev && sip->is_v4())
       throw std::invalid_argument("--ev-format stev needs IPv6 addresses (the flow label)");
     const std::vector<uint32_t> evs = resolve_evs(o, fmt);
+    uint64_t total = 0;
+    for (uint32_t size : o.sizes) total += size;
+    if (total > kMaxTotalBytes)
+      throw std::invalid_argument(fmt::format(
+          "--size: {} bytes of messages in all, more than {} (the frames are held in memory)", total, kMaxTotalBytes));
     // Parsed here, used or not, so a bad value is an error before anything is written.
     const auto bitmap = parse_uint(o.sack_bitmap, UINT64_MAX);
     if (!bitmap)

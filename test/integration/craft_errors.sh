@@ -32,6 +32,10 @@ expect sizes --config "$work/typo.conf"
 head -c 2000 "$craft" >"$work/binary.conf"
 expect "not able to parse" --config "$work/binary.conf"
 
+# Messages that would not fit in memory (were a bare "std::bad_alloc").
+expect --size --size 4294967295 --mtu 256
+expect --size --size 1073741824 1073741824 1073741824 1073741824 --mtu 8192
+
 good() { # frames args...
   local want=$1
   shift
