@@ -2492,6 +2492,9 @@ int main(int argc, char** argv) {
   app.set_help_all_flag("--help-all", "help for every command");
   app.add_flag("-j,--json", g_json, "print JSON instead of tables");
   app.set_config("--config", "", "read options from FILE (CLI11 TOML/INI; sections name commands, e.g. [ev.add])");
+  // A misspelt key or section ([ev.add] min-activ = 3) was ignored and the
+  // command ran without it.
+  app.allow_config_extras(CLI::config_extras_mode::error);
   TelemetryOpts tel;
   app.add_option("--prefix", tel.prefix, "mrc-nic's EAL --file-prefix, for telemetry")->capture_default_str();
   app.add_option("--telemetry-socket", tel.socket, "telemetry socket path (default: from --prefix)");

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# mrcctl, bad options it can judge without a NIC: each must give one error
+# that names the option and a non-zero exit, quickly; never a signal, a hang,
+# or a command run without an option it was given.
+#   mrcctl_errors.sh MRCCTL
+set -uo pipefail
+ctl=${1:?usage: mrcctl_errors.sh MRCCTL}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# No devices: the commands below must fail before they look for one.
+export MRC_RUN_DIR=$work/run
+pass=0
+fail=0
+
+expect() { # want_in_stderr args...
+  local want=$1
+  shift
+  local err rc=0
+  err=$(ulimit -v 4000000; timeout 20 "$ctl" "$@" 2>&1 >/dev/null) || rc=$?
+  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$err"; then
+    echo "FAIL: $* -> rc=$rc, wanted an error naming '$want', got: $(tail -n 2 <<<"$err")"
+    fail=$((fail + 1))
+  else
+    echo "ok: $* -> rc=$rc: $(grep -F -- "$want" <<<"$err" | head -n 1)"
+    pass=$((pass + 1))
+  fi
+}
+
+# Config files: keys and sections that name no option (were ignored).
+printf 'jsn = true\n' >"$work/typo.conf"
+expect jsn --config "$work/typo.conf" dev
+printf '[ev.add]\nmin-activ = 3\n' >"$work/section.conf"
+expect ev.add.min-activ --config "$work/section.conf" dev
+printf '[ev.ad]\nmin-active = 3\n' >"$work/command.conf"
+expect ev.ad --config "$work/command.conf" dev
+
+# And a good config still reads.
+printf 'json = true\n[ev.add]\nmin-active = 3\n' >"$work/good.conf"
+rc=0
+out=$(timeout 20 "$ctl" --config "$work/good.conf" dev 2>&1) || rc=$?
+if [ $rc -ne 0 ] || ! grep -q '"devices": *\[\]' <<<"$out"; then
+  echo "FAIL: a good config -> rc=$rc: $(tail -n 2 <<<"$out")"
+  fail=$((fail + 1))
+else
+  echo "ok: a good config reads"
+  pass=$((pass + 1))
+fi
+
+echo "summary: $pass passed, $fail failed"
+[ $fail -eq 0 ]
