@@ -2638,7 +2638,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"udp", "stev"}))
       ->capture_default_str();
   probe->add_option("--count", probe_o.count, "rounds")->check(CLI::Range(1u, 1000000u))->capture_default_str();
-  probe->add_option("--interval-ms", probe_o.interval_ms, "pause between rounds")->capture_default_str();
+  // Up to an hour: 4000000000 slept 46 days between rounds.
+  probe->add_option("--interval-ms", probe_o.interval_ms, "pause between rounds")
+      ->check(CLI::Range(0u, 3600000u))
+      ->capture_default_str();
   probe->add_option("--timeout-us", probe_o.timeout_us, "wait per round")
       ->check(CLI::Range(1u, 4000000u))
       ->capture_default_str();
@@ -2675,7 +2678,18 @@ int main(int argc, char** argv) {
   std::vector<uint64_t> mon_profiles;
   auto* mon = app.add_subcommand("monitor", "follow EV state events (time, profile, EV, port, state, drops)");
   mon->add_option("DEV", dev, "device")->required();
-  mon->add_option("--seconds", mon_seconds, "stop after S seconds (0: until interrupted)")->capture_default_str();
+  // NaN and negatives passed for 0 (until interrupted), and inf or 1e300
+  // overflowed the deadline: each followed events for ever.
+  mon->add_option("--seconds", mon_seconds, "stop after S seconds (0: until interrupted)")
+      ->check(CLI::Validator(
+          [](std::string& in) -> std::string {
+            double v = 0;
+            if (!CLI::detail::lexical_cast(in, v) || !(v >= 0 && v <= 1e6))
+              return "'" + in + "': expected seconds from 0 to 1e6";
+            return "";
+          },
+          "SECONDS"))
+      ->capture_default_str();
   mon->add_option("--profile", mon_profiles, "only these EV profiles")
       ->delimiter(',')
       ->expected(1)

@@ -34,6 +34,14 @@ expect ev.add.min-activ --config "$work/section.conf" dev
 printf '[ev.ad]\nmin-active = 3\n' >"$work/command.conf"
 expect ev.ad --config "$work/command.conf" dev
 
+# Times that meant "for ever" (monitor followed events until killed, probe
+# slept 46 days between rounds).
+expect --seconds monitor mrc0 --seconds nan
+expect --seconds monitor mrc0 --seconds -1
+expect --seconds monitor mrc0 --seconds inf
+expect --seconds monitor mrc0 --seconds 1e300
+expect --interval-ms probe mrc0 --dgid 10.0.0.2 --ev 49152 --count 2 --interval-ms 4000000000
+
 # And a good config still reads.
 printf 'json = true\n[ev.add]\nmin-active = 3\n' >"$work/good.conf"
 rc=0
