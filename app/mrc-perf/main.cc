@@ -151,6 +151,8 @@ constexpr uint64_t kMaxSize = 1ull << 30;
 constexpr uint64_t kDstBudget = 8ull << 20;  // per QP, bandwidth test
 constexpr uint32_t kMaxTxDepth = 4096;
 constexpr uint64_t kMaxIters = 1ull << 48;   // --iters, --warmup
+// The latency test keeps every sample (8 bytes) for its percentiles.
+constexpr uint64_t kMaxLatIters = 1ull << 27;
 constexpr double kMaxSeconds = 1e6;          // --seconds, --stats-interval: far inside chrono's ns range
 constexpr uint32_t kMaxQps = 255;            // QP index lives in 8 imm bits
 constexpr uint32_t kPostBatch = 16;
@@ -2458,6 +2460,10 @@ Config make_config(const Options& o) {
 
   if (!mtu_enum(c.mtu)) fail_setup(fmt::format("--mtu {}: must be 256, 512, 1024, 2048 or 4096", c.mtu));
   if (c.lat() && c.qps != 1) fail_setup("--test lat runs on one QP; drop --qps");
+  // It reserves them up front: --iters 2^48 was a bare std::bad_alloc once
+  // both sides had set up.
+  if (c.lat() && c.iters > kMaxLatIters)
+    fail_setup(fmt::format("--iters {}: --test lat keeps every sample, at most {}", c.iters, kMaxLatIters));
   if (c.event && c.lat() && !c.imm())
     fail_setup("--event does not apply to --test lat --op write: that test detects each reply by "
                "polling the destination memory, which raises no completion to wait for "

@@ -321,6 +321,7 @@ case $case_name in
 --gid-idx --gid-idx 256
 --port --port 0 --connect 127.0.0.1
 --iters --iters 18446744073709551615
+--iters --test lat --iters 281474976710656
 --warmup --warmup 9223372036854775807
 ARGS
     echo "mrc-perf: bad arguments refused"
