@@ -99,7 +99,8 @@ std::optional<uint64_t> parse_mac(const std::string& s) {
     mac = (mac << 8) | v;
     ++parts;
     p = r.ptr;
-    if (p < end && *p == ':') ++p;
+    // Only between bytes: "...:06:" with its trailing colon passed.
+    if (parts < 6 && p < end && *p == ':') ++p;
   }
   if (parts != 6 || p != end) return std::nullopt;
   return mac;

@@ -36,6 +36,11 @@ expect "not able to parse" --config "$work/binary.conf"
 expect --size --size 4294967295 --mtu 256
 expect --size --size 1073741824 1073741824 1073741824 1073741824 --mtu 8192
 
+# Malformed addresses (the trailing colon was accepted).
+expect --src-mac --src-mac 02:00:00:00:00:01:
+expect --src-mac --dst-mac 02:00:00:00:00:02::
+expect --src-mac --src-mac 02:00:00:00:00
+
 good() { # frames args...
   local want=$1
   shift
@@ -50,6 +55,7 @@ good() { # frames args...
   fi
 }
 good 2
+good 2 --src-mac 2:0:0:0:0:1 --dst-mac 02:00:00:00:00:fe
 good 4 --size 100 --size 8193 --mtu 4096
 printf 'size = [100, 8193]\nemit = ["ack"]\n' >"$work/good.conf"
 good 5 --config "$work/good.conf"
