@@ -2,6 +2,7 @@
 
 #include "dpdk/eal.h"
 
+#include <rte_alarm.h>
 #include <rte_cycles.h>
 #include <rte_dev.h>
 #include <rte_devargs.h>
@@ -959,9 +960,12 @@ Nic::Nic(const NicSpec& spec) : spec_(spec) {
       rte_eth_dev_info_get(ps.port_id, &info);
       queues[p] = static_cast<uint16_t>(std::max<size_t>(
           1, std::min<size_t>({ds.lcores.size(), size_t(info.max_rx_queues), size_t(info.max_tx_queues)})));
+      // A zero-copy client restarted in DPDK 22.11 has its regions refused by
+      // the server, then retries until the interrupt thread panics: not
+      // restarted (its plane stays down until mrc-nic restarts).
       if (info.driver_name && std::string_view(info.driver_name) == "net_memif" && info.device)
         if (const rte_devargs* da = rte_dev_devargs(info.device);
-            da && da->args && std::strstr(da->args, "role=client"))
+            da && da->args && std::strstr(da->args, "role=client") && !std::strstr(da->args, "zero-copy=yes"))
           redial_.push_back({ps.port_id, ps.port});
       uint64_t mac = ps.addr.mac;
       std::string err = port_setup(ps.port_id, queues[p], frame_bytes, pool_, mac);
@@ -1122,15 +1126,24 @@ void Nic::redial_memif_clients() {
                  r.name);
     ++r.tries;
     r.next_try = t + kEvery;
-    // A failed start (no server yet) leaves the port stopped, its link down.
-    rte_eth_dev_stop(r.port);
-    rte_eth_dev_start(r.port);
+    // On the EAL's interrupt thread, where memif runs its own connect and
+    // disconnect handlers: from this thread the restart raced them, and the
+    // interrupt thread panicked on a closed socket in its epoll set.
+    rte_eal_alarm_set(1, restart_port, reinterpret_cast<void*>(uintptr_t(r.port)));
   }
+}
+
+void Nic::restart_port(void* port_id) {
+  const auto port = static_cast<uint16_t>(reinterpret_cast<uintptr_t>(port_id));
+  // A failed start (no server yet) leaves the port stopped, its link down.
+  rte_eth_dev_stop(port);
+  rte_eth_dev_start(port);
 }
 
 void Nic::stop() {
   if (!running_.load()) return;
   stop_.store(true);
+  rte_eal_alarm_cancel(restart_port, reinterpret_cast<void*>(-1));  // every port's
   for (unsigned l : worker_lcores_) rte_eal_wait_lcore(l);
   running_.store(false, std::memory_order_release);
 }

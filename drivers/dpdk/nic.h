@@ -270,6 +270,7 @@ class Nic {
     uint32_t tries = 0;
   };
   std::vector<Redial> redial_;  // memif client ports
+  static void restart_port(void* port_id);  // an EAL alarm callback
   static int worker_main(void* arg);
   void worker_loop(unsigned lcore);
 };
