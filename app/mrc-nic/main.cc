@@ -240,15 +240,25 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
 }
 
 int run(int argc, char** argv) {
+  nicapp::Options o;
+  CLI::App app{"mrc-nic: MRC devices on DPDK ports. Usage: mrc-nic [EAL args] -- [options]"};
+  nicapp::add_options(app, o);
+  if (const int at = dp::app_help_index(argc, argv); at >= 0) {
+    // The help needs no EAL; argv[at] gets the program's name, as rte_eal_init leaves it.
+    argv[at] = argv[0];
+    try {
+      app.parse(argc - at, argv + at);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+    return app.exit(CLI::CallForHelp());
+  }
   std::string err;
   const int consumed = dp::eal_init(argc, argv, err);
   if (consumed < 0) {
     fmt::print(stderr, "mrc-nic: {}\n", err);
     return 1;
   }
-  nicapp::Options o;
-  CLI::App app{"mrc-nic: MRC devices on DPDK ports. Usage: mrc-nic [EAL args] -- [options]"};
-  nicapp::add_options(app, o);
   try {
     app.parse(argc - consumed, argv + consumed);
   } catch (const CLI::ParseError& e) {

@@ -11,6 +11,24 @@
 #include "dpdk/eal.h"
 
 int main(int argc, char** argv) {
+  CLI::App app{
+      "mrc-ports: probe, start and list the DPDK ports given by EAL arguments.\n"
+      "usage: mrc-ports [EAL args, e.g. --no-huge --no-pci --vdev=net_ring0] -- [options]"};
+  bool json = false;
+  bool start = true;
+  app.add_flag("--json", json, "print JSON instead of a table");
+  app.add_flag("!--no-start", start, "only probe, do not configure and start the ports");
+  if (const int at = mrc::dp::app_help_index(argc, argv); at >= 0) {
+    // The help needs no EAL; argv[at] gets the program's name, as rte_eal_init leaves it.
+    argv[at] = argv[0];
+    try {
+      app.parse(argc - at, argv + at);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e);
+    }
+    return app.exit(CLI::CallForHelp());
+  }
+
   std::string error;
   int consumed = mrc::dp::eal_init(argc, argv, error);
   if (consumed < 0) {
@@ -20,13 +38,6 @@ int main(int argc, char** argv) {
   argc -= consumed;
   argv += consumed;
 
-  CLI::App app{
-      "mrc-ports: probe, start and list the DPDK ports given by EAL arguments.\n"
-      "usage: mrc-ports [EAL args, e.g. --no-huge --no-pci --vdev=net_ring0] -- [options]"};
-  bool json = false;
-  bool start = true;
-  app.add_flag("--json", json, "print JSON instead of a table");
-  app.add_flag("!--no-start", start, "only probe, do not configure and start the ports");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
@@ -41,6 +42,19 @@ int eal_init(int argc, char** argv, std::string& error) {
     return -1;
   }
   return ret;
+}
+
+int app_help_index(int argc, char** argv) {
+  int dashes = -1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (dashes < 0) {
+      if (a == "--") dashes = i;
+    } else if (a == "-h" || a == "--help") {
+      return dashes;
+    }
+  }
+  return -1;
 }
 
 std::string format_mac(uint64_t mac) {

@@ -16,6 +16,11 @@ namespace mrc::dp {
 // failure returns -1 and fills `error`.
 int eal_init(int argc, char** argv, std::string& error);
 
+// The index of the `--` before the application's arguments when they ask for
+// help (-h or --help), else -1. The help needs no EAL, which may not come up
+// (no hugepages without --no-huge), so the caller prints it before eal_init.
+int app_help_index(int argc, char** argv);
+
 struct PortInfo {
   uint16_t port_id = 0;
   std::string name;

@@ -64,6 +64,16 @@ if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF "EAL initialisation failed" <<
 else
   echo "ok: bad EAL arguments -> rc=$rc: $(grep -F 'EAL initialisation failed' <<<"$out")"
 fi
+# `mrc-nic -- --help` (as the README puts it) answers without EAL, which needs
+# hugepages unless told --no-huge: the help must not depend on them.
+rc=0
+out=$(timeout 20 "$nic" -- --help 2>&1) || rc=$?
+if [ $rc -ne 0 ] || ! grep -qF -- "--wl-connect" <<<"$out" || grep -qF "EAL:" <<<"$out"; then
+  echo "FAIL: mrc-nic -- --help -> rc=$rc, $(grep -v '^ ' <<<"$out" | tail -n 2)"
+  failures=$((failures + 1))
+else
+  echo "ok: mrc-nic -- --help -> rc=$rc, $(grep -c -- '^  --' <<<"$out") options, no EAL"
+fi
 printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nmtu = 4096\nno-such-key = 1\n' >"$work/bad.conf"
 expect "no-such-key" --config "$work/bad.conf"
 printf 'device = ["mrc0"]\nplane = ["mrc0 port=net_ring0 ip=10.0.0.1"]\nretry-exp = 26\n' >"$work/bad2.conf"
