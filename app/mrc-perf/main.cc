@@ -151,7 +151,8 @@ constexpr uint64_t kMaxSize = 1ull << 30;
 constexpr uint64_t kDstBudget = 8ull << 20;  // per QP, bandwidth test
 constexpr uint32_t kMaxTxDepth = 4096;
 constexpr uint64_t kMaxIters = 1ull << 48;   // --iters, --warmup
-// The latency test keeps every sample (8 bytes) for its percentiles.
+// The latency test keeps up to this many samples (8 bytes each) for its
+// percentiles; --iters may not ask for more.
 constexpr uint64_t kMaxLatIters = 1ull << 27;
 constexpr double kMaxSeconds = 1e6;          // --seconds, --stats-interval: far inside chrono's ns range
 constexpr uint32_t kMaxQps = 255;            // QP index lives in 8 imm bits
@@ -1307,20 +1308,45 @@ struct LatStats {
   double min = 0, avg = 0, p50 = 0, p99 = 0, max = 0;
 };
 
-LatStats lat_stats(std::vector<double>& us) {
-  LatStats s;
-  if (us.empty()) return s;
-  std::sort(us.begin(), us.end());
-  double sum = 0;
-  for (double v : us) sum += v;
-  const size_t n = us.size();
-  s.min = us.front();
-  s.max = us.back();
-  s.avg = sum / double(n);
-  s.p50 = us[(n - 1) / 2];
-  s.p99 = us[std::min(n - 1, size_t(std::ceil(0.99 * double(n))) - 1)];
-  return s;
-}
+// Latency samples: min, max and mean over all of them; percentiles over
+// all up to kMaxLatIters, then over a uniform sample of that many
+// (reservoir sampling), so a long --seconds run keeps bounded memory.
+class LatSamples {
+ public:
+  explicit LatSamples(uint64_t seed, size_t expect) : rng_(seed) {
+    kept_.reserve(std::min<size_t>(expect, kMaxLatIters));
+  }
+  void add(double us) {
+    ++seen_;
+    sum_ += us;
+    min_ = std::min(min_, us);
+    max_ = std::max(max_, us);
+    if (kept_.size() < kMaxLatIters) {
+      kept_.push_back(us);
+    } else if (const uint64_t j = std::uniform_int_distribution<uint64_t>(0, seen_ - 1)(rng_); j < kMaxLatIters) {
+      kept_[j] = us;
+    }
+  }
+  uint64_t count() const { return seen_; }
+  LatStats stats() {
+    LatStats s;
+    if (kept_.empty()) return s;
+    std::sort(kept_.begin(), kept_.end());
+    const size_t n = kept_.size();
+    s.min = min_;
+    s.max = max_;
+    s.avg = sum_ / double(seen_);
+    s.p50 = kept_[(n - 1) / 2];
+    s.p99 = kept_[std::min(n - 1, size_t(std::ceil(0.99 * double(n))) - 1)];
+    return s;
+  }
+
+ private:
+  std::vector<double> kept_;
+  std::mt19937_64 rng_;
+  uint64_t seen_ = 0;
+  double sum_ = 0, min_ = std::numeric_limits<double>::infinity(), max_ = 0;
+};
 
 std::string json_str(std::string_view s) {
   std::string o = "\"";
@@ -1995,8 +2021,7 @@ class Client {
 
     const uint64_t total = cfg_.seconds_ms ? std::numeric_limits<uint64_t>::max()
                                            : cfg_.warmup + cfg_.iters;
-    std::vector<double> us;
-    us.reserve(cfg_.seconds_ms ? 1u << 16 : size_t(cfg_.iters));
+    LatSamples us(cfg_.seed, cfg_.seconds_ms ? 1u << 16 : size_t(cfg_.iters));
     Live live(o_.stats_interval, size);
     Clock::time_point t_start{}, deadline{};
     uint64_t i = 0;
@@ -2013,7 +2038,7 @@ class Client {
       side.wait_peer(i);
       const auto t1 = Clock::now();
       if (i >= cfg_.warmup) {
-        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
+        us.add(std::chrono::duration<double, std::micro>(t1 - t0).count() / 2);
         live.tick(t1, i + 1 - cfg_.warmup, 0);
       }
       if (i + 1 < total) side.prepare(i + 1);
@@ -2024,11 +2049,11 @@ class Client {
 
     PhaseOut out;
     out.size = size;
-    out.iters = us.size();
+    out.iters = us.count();
     out.secs = n > cfg_.warmup ? std::chrono::duration<double>(t_end - t_start).count() : 0;
     out.gbps = out.secs > 0 ? double(out.iters) * double(size) * 8 / out.secs / 1e9 : 0;
     out.mmsgps = out.secs > 0 ? double(out.iters) / out.secs / 1e6 : 0;
-    out.lat = lat_stats(us);
+    out.lat = us.stats();
 
     // Our side: the server's replies; its side comes back in PHASE_RESULT.
     Verdict mine;

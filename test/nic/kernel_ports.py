@@ -49,7 +49,11 @@ def probe(iface, src, target, expect):
         what = f"NS who-has {target} on {iface}"
 
         def is_reply(p):
-            return ICMPv6ND_NA in p and ipaddress.ip_address(p[ICMPv6ND_NA].tgt) == ipaddress.ip_address(target)
+            # The plane's own announcements (unsolicited, to all nodes; sent as its link comes up
+            # and 2 s later) may fall in the window: they answer nobody.
+            if ICMPv6ND_NA not in p or ipaddress.ip_address(p[ICMPv6ND_NA].tgt) != ipaddress.ip_address(target):
+                return False
+            return p[ICMPv6ND_NA].S or ipaddress.ip_address(p[IPv6].dst) != ipaddress.ip_address("ff02::1")
     else:
         req = Ether(src=me, dst="ff:ff:ff:ff:ff:ff") / ARP(op=1, hwsrc=me, psrc=src, hwdst="00:00:00:00:00:00",
                                                             pdst=target)
