@@ -1212,12 +1212,14 @@ class Telemetry {
   Telemetry& operator=(const Telemetry&) = delete;
 
   // The value of one command, e.g. "/mrc/qp,12".
-  Json command(const std::string& cmd) {
+  // A null answer (the command failed) is an error unless null_ok.
+  Json command(const std::string& cmd, bool null_ok = false) {
     if (::send(fd_, cmd.data(), cmd.size(), 0) < 0) fail(fmt::format("telemetry: send '{}'", cmd));
     Json r = receive();
     const std::string key = cmd.substr(0, cmd.find(','));
     if (const Json* v = r.find(key)) {
-      if (v->is_null()) fail_msg(fmt::format("telemetry: {} failed (unknown device, QP or bad parameters?)", cmd));
+      if (v->is_null() && !null_ok)
+        fail_msg(fmt::format("telemetry: {} failed (unknown device, QP or bad parameters?)", cmd));
       return *v;
     }
     fail_msg(fmt::format("telemetry: unexpected reply to {}: {}", cmd, r.dump(-1)));
@@ -2473,7 +2475,9 @@ int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
     return 0;
   }
   if (w == "host") {
-    Json v = tel.command("/mrc/host");
+    Json v = tel.command("/mrc/host", true);
+    // /mrc/host answers only where mrc-nic serves host programs.
+    if (v.is_null()) fail_msg("telemetry: this mrc-nic serves no host programs (it runs --workload): no /mrc/host");
     if (g_json) return emit(v), 0;
     print_kv(v, "", s.nonzero);
     return 0;
