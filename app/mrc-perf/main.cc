@@ -153,7 +153,7 @@ constexpr uint32_t kMaxTxDepth = 4096;
 constexpr uint64_t kMaxIters = 1ull << 48;   // --iters, --warmup
 // The latency test keeps up to this many samples (8 bytes each) for its
 // percentiles; --iters may not ask for more.
-constexpr uint64_t kMaxLatIters = 1ull << 27;
+constexpr uint64_t kMaxLatIters = 1ull << 24;  // 128 MiB
 constexpr double kMaxSeconds = 1e6;          // --seconds, --stats-interval: far inside chrono's ns range
 constexpr uint32_t kMaxQps = 255;            // QP index lives in 8 imm bits
 constexpr uint32_t kPostBatch = 16;

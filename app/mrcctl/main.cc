@@ -2395,9 +2395,11 @@ int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
     } else {
       v = tel.command("/mrc/qps");
       if (v.find("omitted")) {
+        // A device whose list did not fit at all has no key: ask by name.
         Json full = Json::object();
-        for (const auto& [dev, q] : v.obj())
-          if (dev != "omitted") full[dev] = all_of(dev);
+        const Json devs = tel.command("/mrc/devices");
+        if (const Json* names = devs.find("devices"))
+          for (const auto& n : names->arr()) full[n.cell()] = all_of(n.cell());
         v = full;
       }
     }

@@ -245,7 +245,8 @@ struct HostService::Impl {
   Nic& nic;
   HostOptions o;
   std::vector<int> listen_fds;  // per device
-  std::vector<std::string> paths;
+  std::vector<std::string> paths;  // sockets and alive pages, unlinked at the end
+  std::vector<void*> alive_pages;
   std::vector<std::vector<std::unique_ptr<HostShard>>> apps;  // [device][shard]
   std::vector<uint32_t> next_shard;                           // per device, round robin
   std::vector<uint32_t> planes_up;                            // per device, last seen
@@ -609,6 +610,7 @@ void HostService::Impl::loop() {
       if (c->events_fd >= 0) pfds.push_back({c->events_fd, POLLIN, 0});
     }
     if (poll(pfds.data(), pfds.size(), 100) < 0 && errno != EINTR) break;
+    nic.tick_control();
     check_links();
     size_t i = 0;
     if (pfds[i++].revents) {
@@ -748,10 +750,6 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
   d.max_wimm_dest = 1024;
   d.max_mpr = wire::kMaxMpr;
   d.mpr_resolution = 1;
-  // modify_qp to RTR may wait out the ARP/ND timeout on every plane (a
-  // slow peer answers each just in time); a second of slack on top.
-  d.slowest_request_ms =
-      uint32_t(std::min(o.resolve_timeout_s * dev.num_planes(), 3600.0 * abi::kMaxPlanes) * 1000) + 1000;
   d.transport = dev.spec().engine.transport == engine::Transport::mrc ? 0 : 1;
   d.events_token = c.token;
   return {};
@@ -1784,6 +1782,7 @@ std::string HostService::Impl::ep_send(Client& c, const abi::CtlEpBatch& b, std:
       for (auto& sn : sent)
         if (sn.wire_id == r.id) got.push_back({sn.req_id, r.plane + 1, uint32_t(std::min<engine::Nanos>(r.t - sn.t, UINT32_MAX))});
     if (got.size() < sent.size()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    nic.tick_control();
   }
   out.resize(got.size() * sizeof(abi::CtlEpRsp));
   if (!out.empty()) std::memcpy(out.data(), got.data(), out.size());
@@ -1911,6 +1910,18 @@ HostService::HostService(Nic& nic, HostOptions opts) : impl_(std::make_unique<Im
     }
     I.listen_fds.push_back(fd);
     I.paths.push_back(path);
+    const std::string alive = I.o.run_dir + "/" + dp->name() + abi::kAliveSuffix;
+    const int afd = open(alive.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    void* page = MAP_FAILED;
+    if (afd >= 0 && ftruncate(afd, sizeof(uint64_t)) == 0)
+      page = mmap(nullptr, sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, afd, 0);
+    if (afd >= 0) close(afd);
+    if (page == MAP_FAILED)
+      throw std::runtime_error(fmt::format("host: cannot create {}: {}", alive, std::strerror(errno)));
+    I.alive_pages.push_back(page);
+    I.paths.push_back(alive);
+    dp->set_alive_page(static_cast<std::atomic<uint64_t>*>(page));
+    nic.tick_control();
     auto& v = I.apps.emplace_back();
     for (auto& s : dp->shards()) v.push_back(std::make_unique<HostShard>(I, *s));
     I.next_shard.push_back(0);
@@ -1921,6 +1932,8 @@ HostService::HostService(Nic& nic, HostOptions opts) : impl_(std::make_unique<Im
 
 HostService::~HostService() {
   stop();
+  for (auto& dp : impl_->nic.devices()) dp->set_alive_page(nullptr);
+  for (void* page : impl_->alive_pages) munmap(page, sizeof(uint64_t));
   for (auto& p : impl_->paths) unlink(p.c_str());
   for (int fd : impl_->listen_fds) close(fd);
   if (impl_->wake >= 0) close(impl_->wake);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "engine/prefetch.h"
+#include "host/abi.h"
 #include "nic/fault_guard.h"
 #include "nic/linklayer.h"
 #include "pcap/pcap_file.h"
@@ -159,12 +160,15 @@ struct Shard::Impl final : engine::Env {
   std::array<uint8_t, engine::kMaxPlanes> announcements_due{};
   std::array<Nanos, engine::kMaxPlanes> announce_at{};
   void announce(uint32_t plane, Nanos at) {
-    if (usable[plane] && !announced_up[plane]) {
+    // One shard speaks for the device; a plane a --link-event holds down
+    // would drop the frame, and announces when it comes back.
+    const bool up = usable[plane] && s.index_ == 0 && dev.link_up(plane);
+    if (up && !announced_up[plane]) {
       announcements_due[plane] = 2;
       announce_at[plane] = at;
     }
-    announced_up[plane] = usable[plane];
-    if (!usable[plane] || !announcements_due[plane] || at < announce_at[plane]) return;
+    announced_up[plane] = up;
+    if (!up || !announcements_due[plane] || at < announce_at[plane]) return;
     std::array<uint8_t, nic::kLinkReplyCapacity> frame;
     if (const size_t n = nic::build_announcement(ident[plane], frame)) {
       send_raw(plane, std::span<const uint8_t>(frame.data(), n));
@@ -178,16 +182,25 @@ struct Shard::Impl final : engine::Env {
   // flight there and stops choosing the plane, rather than waiting for
   // losses to condemn its EVs. Only changes are told, so a plane a
   // --link-event or a port status update took down stays down.
-  std::array<bool, engine::kMaxPlanes> told_usable = [] {
+  // The engine's plane is up when the port is usable and no port-status
+  // event (Device::set_link) holds it down: two sources, one decision.
+  std::array<bool, engine::kMaxPlanes> told_usable = all_true();
+  std::array<bool, engine::kMaxPlanes> status_up = all_true();
+  static std::array<bool, engine::kMaxPlanes> all_true() {
     std::array<bool, engine::kMaxPlanes> a;
     a.fill(true);  // as the engine starts
     return a;
-  }();
+  }
   void tell_engine(uint32_t plane, Nanos at) {
-    if (usable[plane] == told_usable[plane]) return;
-    told_usable[plane] = usable[plane];
-    s.engine().set_plane_up(plane, usable[plane], at);
-    s.ctr_.inc(usable[plane] ? ShardCtr::port_up_events : ShardCtr::port_down_events);
+    if (usable[plane] != told_usable[plane]) {
+      told_usable[plane] = usable[plane];
+      s.ctr_.inc(usable[plane] ? ShardCtr::port_up_events : ShardCtr::port_down_events);
+    }
+    apply_plane(plane, at);
+  }
+  void apply_plane(uint32_t plane, Nanos at) {
+    const bool up = told_usable[plane] && status_up[plane];
+    if (s.engine().plane_up(plane) != up) s.engine().set_plane_up(plane, up, at);
   }
   bool port_usable(uint32_t plane) const { return usable[plane]; }
   // A burst on a gated port (see nic/fault_guard.h); a fault inside it takes
@@ -675,7 +688,8 @@ void Device::set_link(uint32_t plane, bool up, bool port_status) {
   for (auto& sh : shards_) {
     Shard* s = sh.get();
     s->call([s, plane, up] {
-      s->engine().set_plane_up(plane, up, s->impl_->now);
+      s->impl_->status_up[plane] = up;
+      s->impl_->apply_plane(plane, s->impl_->now);
       s->engine().send_port_status(s->impl_->now);
     });
   }
@@ -848,6 +862,7 @@ std::optional<uint64_t> Device::resolve(uint32_t plane, const wire::IpAddr& ip, 
       start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 3600.0)));
   auto next_ask = start;
   for (;;) {
+    nic_.tick_control();  // waiting here is work: clients queued behind it must not give up
     if (!nic_.running()) return neighbour(ip);
     if (Clock::now() >= next_ask) {
       s->call(ask);
@@ -1101,6 +1116,12 @@ void Nic::start() {
   }
 }
 
+void Nic::tick_control() {
+  const uint64_t now = host::abi::monotonic_ms();
+  for (auto& d : devices_)
+    if (d->alive_) d->alive_->store(now, std::memory_order_relaxed);
+}
+
 void Nic::redial_memif_clients() {
   using Clock = std::chrono::steady_clock;
   constexpr auto kEvery = std::chrono::seconds(1);
@@ -1135,6 +1156,10 @@ void Nic::redial_memif_clients() {
 
 void Nic::restart_port(void* port_id) {
   const auto port = static_cast<uint16_t>(reinterpret_cast<uintptr_t>(port_id));
+  // The last restart's handshake may have finished since the control thread
+  // looked; memif's handlers run on this thread, so this look cannot race.
+  rte_eth_link link{};
+  if (rte_eth_link_get_nowait(port, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) return;
   // A failed start (no server yet) leaves the port stopped, its link down.
   rte_eth_dev_stop(port);
   rte_eth_dev_start(port);

@@ -154,6 +154,9 @@ class Device {
   // The shard that owns a QPN (shard 0 for QPNs no shard owns, so the engine
   // counts them).
   uint32_t shard_of_qpn(uint32_t qpn) const;
+  // Where Nic::tick_control() stamps this device's alive page (the host
+  // service maps it; null without one).
+  void set_alive_page(std::atomic<uint64_t>* page) { alive_ = page; }
 
   // Link failure injection: a down plane silently drops both directions.
   // With port_status, the engine is told as well and tells its peers.
@@ -211,6 +214,7 @@ class Device {
   std::array<std::atomic<bool>, engine::kMaxPlanes> link_up_{};
   // Fault parameters change from the control thread; workers read them.
   std::array<std::atomic<uint64_t>, engine::kMaxPlanes> drop_ppb_{}, corrupt_ppb_{}, delay_ns_{};
+  std::atomic<uint64_t>* alive_ = nullptr;
   // Records a binding an lcore learned from an ARP/ND frame. False if a
   // static entry keeps another MAC for the IP, or the IP is new and the
   // table is full or the frame was an announcement (refresh_only).
@@ -245,6 +249,10 @@ class Nic {
   void stop();
   bool running() const { return running_.load(std::memory_order_acquire); }
   engine::Nanos now() const;
+  // Stamps every device's alive page (abi::kAliveSuffix): called by the
+  // control thread as it works, so clients can tell it busy from stopped.
+  void tick_control();
+
   // memif's client connects only when its port starts, so a server that
   // left and came back would never be found again. Called every few ms
   // from the control thread while the workers run: a memif client port

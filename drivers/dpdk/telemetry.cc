@@ -80,9 +80,11 @@ class ReplyBudget {
   // Room for the command echoed back and the braces around the dict.
   explicit ReplyBudget(const char* cmd, const char* params)
       : left_(kReplyBytes - 64 - std::strlen(cmd) - std::strlen(params ? params : "")) {}
+  // One dict entry of `bytes`; a dict holds RTE_TEL_MAX_DICT_ENTRIES.
   bool take(size_t bytes) {
-    if (bytes > left_) return false;
+    if (bytes > left_ || entries_ == RTE_TEL_MAX_DICT_ENTRIES) return false;
     left_ -= bytes;
+    ++entries_;
     return true;
   }
   // `"key":[v,...],` of u64 values, and of plain strings.
@@ -102,6 +104,7 @@ class ReplyBudget {
  private:
   static constexpr size_t kReplyBytes = 16 * 1024;
   size_t left_;
+  size_t entries_ = 0;
 };
 
 Device* find_device(const char* params) {
@@ -154,7 +157,8 @@ int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
   for (auto s : kEvStates) cols.push_back(fmt::format("evs_{}", engine::ev_state_name(s)));
   for (auto n : kPortStatNames) cols.emplace_back(n);
   cols.emplace_back("port_stats_read");
-  budget.take(ReplyBudget::row("columns", cols) + ReplyBudget::kScalar);  // and rows_omitted
+  budget.take(ReplyBudget::row("columns", cols));
+  budget.take(ReplyBudget::kScalar);  // rows_omitted, kept for the end
   add_array(out, "columns", string_array(cols));
   uint64_t omitted = 0;
   for (auto& d : g_nic->devices()) {
@@ -262,7 +266,7 @@ int cmd_qps(const char* cmd, const char* params, rte_tel_data* out) {
     return 0;
   }
   ReplyBudget budget(cmd, params);
-  budget.take(ReplyBudget::kScalar);  // omitted
+  budget.take(ReplyBudget::kScalar);  // omitted, kept for the end
   uint64_t omitted = 0;
   for (auto& d : g_nic->devices()) {
     std::vector<uint64_t> qpns;

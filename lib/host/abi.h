@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <time.h>
 
 namespace mrc::host::abi {
 
@@ -166,11 +167,20 @@ struct DeviceInfo {
   uint8_t transport;  // 0 mrc, 1 roce
   uint8_t reserved;
   uint64_t events_token;  // proves the events connection belongs to this client
-  // The longest a request may take by design (ARP/ND waits), on top of the
-  // client's own command timeout: a device slower than both counts as failed.
-  uint32_t slowest_request_ms;
-  uint32_t reserved2;
 };
+
+// Beside each device's socket, <device>.alive: 8 bytes the NIC's control
+// thread keeps stamping with monotonic_ms() while it works (every 100 ms
+// when idle, and inside its long waits: ARP/ND, endpoint answers). A client
+// whose request goes unanswered fails the device only once the stamp has
+// stood still for its whole command timeout: a NIC busy with other clients'
+// requests is not mistaken for a stopped or wedged one.
+inline constexpr const char* kAliveSuffix = ".alive";
+inline uint64_t monotonic_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
+}
 
 struct PortInfo {
   uint32_t active;  // some plane's link is up

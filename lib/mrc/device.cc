@@ -232,6 +232,10 @@ Context* Context::open(Device* d) {
     errno = ENODEV;
     return nullptr;
   }
+  // The NIC's alive stamp sits beside its socket (abi::kAliveSuffix); the
+  // hello may already queue behind other clients' requests.
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".sock") == 0)
+    c->alive_fd = ::open((path.substr(0, path.size() - 5) + abi::kAliveSuffix).c_str(), O_RDONLY | O_CLOEXEC);
   abi::Request rq{};
   rq.op = abi::Op::hello;
   rq.hello = {abi::kAbiVersion, uint32_t(getpid())};
@@ -278,6 +282,7 @@ Context* Context::open(Device* d) {
 
 Context::~Context() {
   delete shell;
+  if (alive_fd >= 0) close(alive_fd);
   if (events_fd >= 0) close(events_fd);
   if (fd >= 0) close(fd);
 }
@@ -313,34 +318,41 @@ int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds,
 }
 
 int Context::await_reply(const abi::Request& rq) {
-  const uint64_t base_ms = command_timeout_ms();
-  if (!base_ms) return 0;
-  // What the request may take by design comes on top: the device's own
-  // waits, and an endpoint batch's wait for its answers.
-  uint64_t limit_ms = base_ms + info.slowest_request_ms;
-  if (rq.op == abi::Op::ctl_ep_send) limit_ms += rq.ctl_ep.timeout_ns / 1000000 + 1;
-  using Clock = std::chrono::steady_clock;
-  const auto until = Clock::now() + std::chrono::milliseconds(limit_ms);
+  const uint64_t limit_ms = command_timeout_ms();
+  if (!limit_ms) return 0;
+  const uint64_t started = abi::monotonic_ms();
   for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - Clock::now()).count();
+    // Fails once neither the reply nor a sign of life (the NIC's alive
+    // stamp, re-read each second) came for limit_ms: a NIC busy with other
+    // clients' requests keeps stamping, a stopped or wedged one does not.
+    const uint64_t last_sign = std::max(started, alive_stamp());
+    const int64_t left = int64_t(last_sign + limit_ms) - int64_t(abi::monotonic_ms());
     pollfd p{fd, POLLIN, 0};
-    const int r = left > 0 ? poll(&p, 1, int(std::min<int64_t>(left, INT32_MAX))) : 0;
+    const int r = poll(&p, 1, int(std::clamp<int64_t>(left, 0, 1000)));
     if (r > 0) return 0;  // a reply, or a hang-up that recv reports
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return errno;
-    if (left > 0) continue;
-    // A stopped or wedged NIC. Its late reply would answer the next
-    // request, so the device is failed from here on, as a kernel driver
-    // does after a firmware command timeout. Shutting our ends down wakes
-    // every waiter (CQ events see the hang-up, async events DEVICE_FATAL),
-    // and the NIC reclaims our objects when it reads the hang-up.
-    complain(std::string("device ") + device->dev.name + " did not answer within " + std::to_string(limit_ms) +
+    if (r == 0 && left > 0) continue;
+    // A stopped or wedged NIC (or a poll that failed). Its late reply would
+    // answer the next request, so the device is failed from here on, as a
+    // kernel driver does after a firmware command timeout. Shutting our
+    // ends down wakes every waiter (CQ events see the hang-up, async events
+    // DEVICE_FATAL), and the NIC reclaims our objects when it reads it.
+    complain(std::string("device ") + device->dev.name + " showed no sign of life for " + std::to_string(limit_ms) +
              " ms (MRC_CMD_TIMEOUT_MS); treating it as failed");
     gone = true;
     shutdown(fd, SHUT_RDWR);
     if (events_fd >= 0) shutdown(events_fd, SHUT_RDWR);
-    return ETIMEDOUT;
+    // An endpoint batch's ETIMEDOUT means "not every request answered",
+    // which a controller may retry: a failed device must read otherwise.
+    return r < 0 || rq.op == abi::Op::ctl_ep_send ? EIO : ETIMEDOUT;
   }
+}
+
+uint64_t Context::alive_stamp() const {
+  uint64_t v = 0;
+  // Read, not mapped: a NIC that truncated the file would raise SIGBUS here.
+  if (alive_fd < 0 || pread(alive_fd, &v, sizeof v, 0) != ssize_t(sizeof v)) return 0;
+  return v;
 }
 
 int Context::release(abi::Request& rq) {

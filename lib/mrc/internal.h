@@ -42,8 +42,8 @@ struct SpinGuard {
 int fail(int err);
 // Prints why a call failed (MRC_QUIET=1 silences it).
 void complain(const std::string& what);
-// How long a control call waits for the device beyond what the request may
-// take by design: MRC_CMD_TIMEOUT_MS, 60 s by default; 0 waits for ever.
+// How long a control call waits without a reply or a sign of life from the
+// device: MRC_CMD_TIMEOUT_MS, 60 s by default; 0 waits for ever.
 uint64_t command_timeout_ms();
 
 struct Device {
@@ -119,9 +119,12 @@ class Context {
     if (users.fetch_sub(1) == 1) delete this;
   }
 
-  // Waits for the reply to rq up to the command timeout; ETIMEDOUT (and
-  // the device failed) past it.
+  // Waits for the reply to rq while the NIC shows signs of life; past the
+  // command timeout without one, fails the device: ETIMEDOUT (EIO for an
+  // endpoint batch, whose ETIMEDOUT means something else).
   int await_reply(const abi::Request& rq);
+  uint64_t alive_stamp() const;  // the NIC's last sign of life, abi::monotonic_ms(); 0: none
+  int alive_fd = -1;
 
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);

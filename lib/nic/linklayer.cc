@@ -373,7 +373,9 @@ std::optional<NeighbourFact> learn_nd(const PlaneIdentity& me, std::span<const u
       // address only with the override flag and an address option (RFC 4861
       // 7.2.5).
       if (dst == kAllNodes && dst_mac == multicast_mac(kAllNodes)) {
-        if (!(load_be32(icmp.data() + kNdFlagsOffset) & kNaFlagOverride)) return std::nullopt;
+        // A solicited advertisement to a group is invalid (RFC 4861 7.1.2).
+        const uint32_t flags = load_be32(icmp.data() + kNdFlagsOffset);
+        if ((flags & kNaFlagSolicited) || !(flags & kNaFlagOverride)) return std::nullopt;
         if (!scan_nd_options(icmp, kNdOptTargetLinkAddr, lla) || !lla) return std::nullopt;
         refresh_only = true;
       } else {

@@ -11,8 +11,14 @@
  * With "stop" the NIC is stopped (SIGSTOP) instead: the next control call
  * fails with ETIMEDOUT after the command timeout (MRC_CMD_TIMEOUT_MS, which
  * the caller sets short), the device then counts as failed as above, and
- * once the NIC runs again (SIGCONT) a new context works. Each check prints
- * "ok - ..." or "not ok - ...".
+ * once the NIC runs again (SIGCONT) a new context works.
+ *
+ * With "busy" nothing is killed: BUSY_CLIENTS threads each move a QP to RTR
+ * towards a peer that never answers ARP, so the NIC's one control thread
+ * works through seconds of lookups, and a quick call queued behind them
+ * must wait them out rather than take the busy NIC for a stopped one
+ * (MRC_CMD_TIMEOUT_MS, short, counts time without a sign of life).
+ * Each check prints "ok - ..." or "not ok - ...".
  */
 #define _GNU_SOURCE
 
@@ -74,6 +80,116 @@ static int all_stopped(pid_t pid)
 	return seen && stopped;
 }
 
+#define BUSY_CLIENTS 6
+
+struct slow_rtr {
+	struct ibv_device *dev;
+	int rc, err;
+};
+
+/* A client of its own whose QP waits out an ARP lookup nobody answers. */
+static void *slow_rtr(void *arg)
+{
+	struct slow_rtr *w = arg;
+	struct ibv_context *ctx = ibv_open_device(w->dev);
+	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
+	struct mrc_context *m = pd ? mrc_create_context(ctx, NULL) : NULL;
+	struct mrc_cq *cq = m ? mrc_create_cq(m, 16, NULL, NULL, 0) : NULL;
+	struct mrc_qp_init_attr qa;
+	struct mrc_qp *qp = NULL;
+	struct ibv_qp_attr a;
+	struct mrc_qp_attr ma;
+
+	w->rc = -1;
+	w->err = errno;
+	if (cq) {
+		memset(&qa, 0, sizeof(qa));
+		qa.send_cq = qa.recv_cq = cq;
+		qa.pd = pd;
+		qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
+		qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+		qp = mrc_create_qp(m, &qa);
+	}
+	if (qp) {
+		memset(&a, 0, sizeof(a));
+		memset(&ma, 0, sizeof(ma));
+		a.qp_state = IBV_QPS_INIT;
+		a.port_num = 1;
+		a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+		if (mrc_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, &ma,
+				  0) == 0) {
+			memset(&a, 0, sizeof(a));
+			a.qp_state = IBV_QPS_RTR;
+			a.path_mtu = IBV_MTU_1024;
+			a.dest_qp_num = 0x10;
+			a.ah_attr.is_global = 1;
+			/* ::ffff:10.0.0.99, on plane 0's subnet, where no one answers */
+			a.ah_attr.grh.dgid.raw[10] = a.ah_attr.grh.dgid.raw[11] = 0xff;
+			a.ah_attr.grh.dgid.raw[12] = 10;
+			a.ah_attr.grh.dgid.raw[15] = 99;
+			a.ah_attr.grh.sgid_index = 3;
+			a.ah_attr.grh.hop_limit = 64;
+			a.ah_attr.port_num = 1;
+			errno = 0;
+			w->rc = mrc_modify_qp(qp, &a,
+					      IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+						      IBV_QP_PATH_MTU,
+					      &ma, 0);
+			w->err = errno;
+		}
+	}
+	if (qp)
+		mrc_destroy_qp(qp);
+	if (cq)
+		mrc_destroy_cq(cq);
+	if (m)
+		mrc_destroy_context(m);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	if (ctx)
+		ibv_close_device(ctx);
+	return NULL;
+}
+
+static int busy(struct ibv_device *dev, struct ibv_context *ctx, double limit_ms)
+{
+	struct slow_rtr w[BUSY_CLIENTS];
+	pthread_t t[BUSY_CLIENTS];
+	struct ibv_pd *pd;
+	double t0, took;
+	int i, err, refused = 0;
+
+	for (i = 0; i < BUSY_CLIENTS; i++) {
+		w[i].dev = dev;
+		if (pthread_create(&t[i], NULL, slow_rtr, &w[i])) {
+			report(0, "setup: client threads", "errno %d", errno);
+			return 1;
+		}
+	}
+	usleep(300 * 1000); /* their lookups are under way */
+	t0 = now_ms();
+	errno = 0;
+	pd = ibv_alloc_pd(ctx);
+	err = errno;
+	took = now_ms() - t0;
+	report(pd != NULL, "ibv_alloc_pd queued behind the lookups succeeds", "errno %d after %.0f ms", err, took);
+	report(took > limit_ms, "and it did wait longer than MRC_CMD_TIMEOUT_MS",
+	       "took %.0f ms against %.0f: the lookups were not ahead of it", took, limit_ms);
+	printf("# the queued call returned after %.0f ms\n", took);
+	for (i = 0; i < BUSY_CLIENTS; i++) {
+		pthread_join(t[i], NULL);
+		refused += w[i].rc != 0 && w[i].err != ETIMEDOUT && w[i].err != EIO;
+		printf("# client %d: rc %d, errno %d (%s)\n", i, w[i].rc, w[i].err, strerror(w[i].err));
+	}
+	report(refused == BUSY_CLIENTS, "every RTR towards the silent peer failed on its lookup, not a timeout",
+	       "%d of %d", refused, BUSY_CLIENTS);
+	if (pd)
+		ibv_dealloc_pd(pd);
+	ibv_close_device(ctx);
+	printf("# %d passed, %d failed\n", n_pass, n_fail);
+	return n_fail == 0 && n_pass > 0 ? 0 : 1;
+}
+
 static void *waiter(void *arg)
 {
 	struct mrc_cq *cq = NULL;
@@ -106,20 +222,27 @@ int main(int argc, char **argv)
 	const char *limit_env = getenv("MRC_CMD_TIMEOUT_MS");
 	double t0, took, limit_ms = limit_env ? atof(limit_env) : 0;
 
-	if (argc < 3 || argc > 4 || (argc == 4 && strcmp(argv[3], "kill") && strcmp(argv[3], "stop"))) {
-		fprintf(stderr, "usage: %s DEV NIC_PID [kill|stop]\n", argv[0]);
+	if (argc < 3 || argc > 4 ||
+	    (argc == 4 && strcmp(argv[3], "kill") && strcmp(argv[3], "stop") && strcmp(argv[3], "busy"))) {
+		fprintf(stderr, "usage: %s DEV NIC_PID [kill|stop|busy]\n", argv[0]);
 		return 1;
 	}
 	nic = (pid_t)atoi(argv[2]);
 	stop = argc == 4 && strcmp(argv[3], "stop") == 0;
-	if (stop && !(limit_ms > 0)) {
-		fprintf(stderr, "%s: stop needs MRC_CMD_TIMEOUT_MS set\n", argv[0]);
+	if ((stop || (argc == 4 && !strcmp(argv[3], "busy"))) && !(limit_ms > 0)) {
+		fprintf(stderr, "%s: %s needs MRC_CMD_TIMEOUT_MS set\n", argv[0], argv[3]);
 		return 1;
 	}
 	list = ibv_get_device_list(&n);
 	for (i = 0; list && i < n; i++)
-		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0)
+		if (strcmp(ibv_get_device_name(list[i]), argv[1]) == 0) {
 			ctx = ibv_open_device(list[i]);
+			if (ctx && argc == 4 && !strcmp(argv[3], "busy")) {
+				rc = busy(list[i], ctx, limit_ms);
+				ibv_free_device_list(list);
+				return rc;
+			}
+		}
 	if (!ctx) {
 		report(0, "ibv_open_device", "%s not found", argv[1]);
 		return 1;

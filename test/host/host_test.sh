@@ -18,6 +18,9 @@
 #             fails with ETIMEDOUT after MRC_CMD_TIMEOUT_MS, the device then
 #             counts as failed; resumed, the NIC reclaims the failed client
 #             and serves a new one
+#   nic-busy  the same program with the NIC busy: six clients' QPs wait out
+#             ARP lookups nobody answers, and a quick call queued behind them
+#             succeeds, since the NIC shows signs of life meanwhile
 #   nic-restart two mrc-nic processes over memif: the responder's NIC is
 #             killed and started again (new MACs); mrc-perf between the same
 #             devices works again (memif redial, ARP announcements)
@@ -195,7 +198,7 @@ case $case_name in
     build_api_test
     run_api_test after-kill
     ;;
-  nic-death | nic-stall)
+  nic-death | nic-stall | nic-busy)
     install_sdk
     gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$sdk" -o "$work/death_test" \
       "$src/test/host/death_test.c" -L"$sdk" -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" -libverbs -lpthread ||
@@ -205,6 +208,7 @@ case $case_name in
     [ -n "$nicpid" ] || fail "no mrc-nic process under ${pids[-1]}"
     mode=kill
     [ "$case_name" = nic-stall ] && mode=stop
+    [ "$case_name" = nic-busy ] && mode=busy
     before=$(counter /mrc/host clients_reclaimed)
     # A short command timeout: the stopped NIC fails the call in seconds.
     MRC_QUIET=1 MRC_CMD_TIMEOUT_MS=500 timeout 60 "$work/death_test" mrc0 "$nicpid" $mode >"$work/$mode.txt" 2>&1 || {

@@ -167,7 +167,7 @@ case $case_name in
     # completes on the other three.
     command -v gdb >/dev/null || fail "gdb is needed (scripts/setup.sh installs it)"
     client_wrap=(gdb -q -batch -ex 'set confirm off' -ex 'set pagination off' -ex 'break eth_memif_tx'
-      -ex 'ignore 1 3000' -ex run -ex 'delete 1' -ex 'signal SIGSEGV' --args)
+      -ex 'ignore 1 500' -ex run -ex 'delete 1' -ex 'signal SIGSEGV' --args)
     memif_pair
     wait_ok "$client_pid" client
     grep -m1 '^{"tool":"mrc-nic"' "$work/client-gdb.txt" >"$work/client.json" ||

@@ -712,6 +712,9 @@ TEST_CASE("invalid or foreign Neighbour Advertisements are not learned", "[linkl
   o.tlla = true;
   o.dst_mac = kOurMac;  // all nodes' address at another MAC
   CHECK_FALSE(learned(o));
+  o.dst_mac = 0x333300000001ull;
+  o.flags = 0x60000000;  // solicited, to a group: invalid (RFC 4861 7.1.2)
+  CHECK_FALSE(learned(o));
 
   PlaneIdentity v4only = me();
   v4only.ipv6.reset();
