@@ -180,10 +180,9 @@ struct Shard::Impl final : engine::Env {
   // The engine hears at once when its own port goes down, faults or comes
   // back, as a NIC's transport hears of its PHY: it resends what was in
   // flight there and stops choosing the plane, rather than waiting for
-  // losses to condemn its EVs. Only changes are told, so a plane a
-  // --link-event or a port status update took down stays down.
-  // The engine's plane is up when the port is usable and no port-status
-  // event (Device::set_link) holds it down: two sources, one decision.
+  // losses to condemn its EVs. Its plane is up when the port is usable and
+  // no port-status event (Device::set_link) holds it down: two sources, one
+  // decision, so neither undoes the other.
   std::array<bool, engine::kMaxPlanes> told_usable = all_true();
   std::array<bool, engine::kMaxPlanes> status_up = all_true();
   static std::array<bool, engine::kMaxPlanes> all_true() {
