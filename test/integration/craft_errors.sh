@@ -6,24 +6,8 @@
 #   craft_errors.sh MRC_CRAFT
 set -uo pipefail
 craft=${1:?usage: craft_errors.sh MRC_CRAFT}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
-
-expect() { # want_in_stderr args...
-  local want=$1
-  shift
-  local err rc=0
-  err=$(ulimit -v 4000000; timeout 20 "$craft" -o "$work/out.pcap" "$@" 2>&1 >/dev/null) || rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$err"; then
-    echo "FAIL: $* -> rc=$rc, wanted an error naming '$want', got: $(tail -n 2 <<<"$err")"
-    fail=$((fail + 1))
-  else
-    echo "ok: $* -> rc=$rc: $(grep -F -- "$want" <<<"$err" | head -n 1)"
-    pass=$((pass + 1))
-  fi
-}
+. "$(dirname "$0")/expect_errors.sh"
+cmd=("$craft" -o "$work/out.pcap")
 
 # Config files: a key that names no option, and a file that is no config
 # (were ignored, and the default frames written).
@@ -60,5 +44,4 @@ good 4 --size 100 --size 8193 --mtu 4096
 printf 'size = [100, 8193]\nemit = ["ack"]\n' >"$work/good.conf"
 good 5 --config "$work/good.conf"
 
-echo "summary: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

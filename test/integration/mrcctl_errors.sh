@@ -5,26 +5,10 @@
 #   mrcctl_errors.sh MRCCTL
 set -uo pipefail
 ctl=${1:?usage: mrcctl_errors.sh MRCCTL}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+cmd=("$ctl")
+. "$(dirname "$0")/expect_errors.sh"
 # No devices: the commands below must fail before they look for one.
 export MRC_RUN_DIR=$work/run
-pass=0
-fail=0
-
-expect() { # want_in_stderr args...
-  local want=$1
-  shift
-  local err rc=0
-  err=$(ulimit -v 4000000; timeout 20 "$ctl" "$@" 2>&1 >/dev/null) || rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$err"; then
-    echo "FAIL: $* -> rc=$rc, wanted an error naming '$want', got: $(tail -n 2 <<<"$err")"
-    fail=$((fail + 1))
-  else
-    echo "ok: $* -> rc=$rc: $(grep -F -- "$want" <<<"$err" | head -n 1)"
-    pass=$((pass + 1))
-  fi
-}
 
 # Config files: keys and sections that name no option (were ignored).
 printf 'jsn = true\n' >"$work/typo.conf"
@@ -54,5 +38,4 @@ else
   pass=$((pass + 1))
 fi
 
-echo "summary: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

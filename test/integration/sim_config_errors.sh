@@ -6,24 +6,8 @@
 #   sim_config_errors.sh MRC_SIM
 set -uo pipefail
 sim=${1:?usage: sim_config_errors.sh MRC_SIM}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-pass=0
-fail=0
-
-expect() { # want_in_stderr args...
-  local want=$1
-  shift
-  local err rc=0
-  err=$(ulimit -v 4000000; timeout 20 "$sim" "$@" 2>&1 >/dev/null) || rc=$?
-  if [ $rc -eq 0 ] || [ $rc -ge 124 ] || ! grep -qF -- "$want" <<<"$err"; then
-    echo "FAIL: $* -> rc=$rc, wanted an error naming '$want', got: $(tail -n 2 <<<"$err")"
-    fail=$((fail + 1))
-  else
-    echo "ok: $* -> rc=$rc: $(grep -F -- "$want" <<<"$err" | head -n 1)"
-    pass=$((pass + 1))
-  fi
-}
+cmd=("$sim")
+. "$(dirname "$0")/expect_errors.sh"
 
 # Failure targets outside the fabric (were SIGSEGV or std::out_of_range).
 expect --fail-plane --fail-plane 5 --fail-at-us 10
@@ -119,5 +103,4 @@ good --hosts 32 --hosts-per-leaf 8 --planes 2 --message-bytes 65536 \
 good --timeout -1 --retry-exp 25 --evs 32768 --host-queue-bytes 4228
 good --hosts 32 --hosts-per-leaf 8 --workload incast --trim-bytes 4228
 
-echo "summary: $pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish
