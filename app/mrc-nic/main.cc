@@ -243,16 +243,7 @@ int run(int argc, char** argv) {
   nicapp::Options o;
   CLI::App app{"mrc-nic: MRC devices on DPDK ports. Usage: mrc-nic [EAL args] -- [options]"};
   nicapp::add_options(app, o);
-  if (const int at = dp::app_help_index(argc, argv); at >= 0) {
-    // The help needs no EAL; argv[at] gets the program's name, as rte_eal_init leaves it.
-    argv[at] = argv[0];
-    try {
-      app.parse(argc - at, argv + at);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e);
-    }
-    return app.exit(CLI::CallForHelp());
-  }
+  if (const int rc = dp::help_without_eal<CLI::ParseError, CLI::CallForHelp>(app, argc, argv); rc >= 0) return rc;
   std::string err;
   const int consumed = dp::eal_init(argc, argv, err);
   if (consumed < 0) {

@@ -18,16 +18,7 @@ int main(int argc, char** argv) {
   bool start = true;
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_flag("!--no-start", start, "only probe, do not configure and start the ports");
-  if (const int at = mrc::dp::app_help_index(argc, argv); at >= 0) {
-    // The help needs no EAL; argv[at] gets the program's name, as rte_eal_init leaves it.
-    argv[at] = argv[0];
-    try {
-      app.parse(argc - at, argv + at);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e);
-    }
-    return app.exit(CLI::CallForHelp());
-  }
+  if (const int rc = mrc::dp::help_without_eal<CLI::ParseError, CLI::CallForHelp>(app, argc, argv); rc >= 0) return rc;
 
   std::string error;
   int consumed = mrc::dp::eal_init(argc, argv, error);

@@ -21,6 +21,23 @@ int eal_init(int argc, char** argv, std::string& error);
 // (no hugepages without --no-huge), so the caller prints it before eal_init.
 int app_help_index(int argc, char** argv);
 
+// When the application's arguments ask for help, prints it from `app` (a
+// CLI::App; this library does not depend on CLI11, so its ParseError and
+// CallForHelp come as parameters) without bringing EAL up, and returns the
+// exit code; else -1.
+template <class ParseError, class CallForHelp, class App>
+int help_without_eal(App& app, int argc, char** argv) {
+  const int at = app_help_index(argc, argv);
+  if (at < 0) return -1;
+  argv[at] = argv[0];  // the program's name, as rte_eal_init leaves it
+  try {
+    app.parse(argc - at, argv + at);
+  } catch (const ParseError& e) {
+    return app.exit(e);
+  }
+  return app.exit(CallForHelp());
+}
+
 struct PortInfo {
   uint16_t port_id = 0;
   std::string name;

@@ -82,6 +82,18 @@ static int all_stopped(pid_t pid)
 
 #define BUSY_CLIENTS 6
 
+static struct mrc_qp *small_qp(struct mrc_context *m, struct ibv_pd *pd, struct mrc_cq *cq)
+{
+	struct mrc_qp_init_attr qa;
+
+	memset(&qa, 0, sizeof(qa));
+	qa.send_cq = qa.recv_cq = cq;
+	qa.pd = pd;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	return mrc_create_qp(m, &qa);
+}
+
 struct slow_rtr {
 	struct ibv_device *dev;
 	int rc, err;
@@ -95,21 +107,14 @@ static void *slow_rtr(void *arg)
 	struct ibv_pd *pd = ctx ? ibv_alloc_pd(ctx) : NULL;
 	struct mrc_context *m = pd ? mrc_create_context(ctx, NULL) : NULL;
 	struct mrc_cq *cq = m ? mrc_create_cq(m, 16, NULL, NULL, 0) : NULL;
-	struct mrc_qp_init_attr qa;
 	struct mrc_qp *qp = NULL;
 	struct ibv_qp_attr a;
 	struct mrc_qp_attr ma;
 
 	w->rc = -1;
 	w->err = errno;
-	if (cq) {
-		memset(&qa, 0, sizeof(qa));
-		qa.send_cq = qa.recv_cq = cq;
-		qa.pd = pd;
-		qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
-		qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-		qp = mrc_create_qp(m, &qa);
-	}
+	if (cq)
+		qp = small_qp(m, pd, cq);
 	if (qp) {
 		memset(&a, 0, sizeof(a));
 		memset(&ma, 0, sizeof(ma));
@@ -211,7 +216,6 @@ int main(int argc, char **argv)
 	struct mrc_cq *cq, *cq2;
 	struct mrc_async_event ev;
 	struct ibv_wc wc;
-	struct mrc_qp_init_attr qa;
 	struct mrc_qp *qp;
 	struct ibv_mr *mr;
 	uint8_t *buf;
@@ -260,12 +264,7 @@ int main(int argc, char **argv)
 	}
 	buf = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	mr = buf == MAP_FAILED ? NULL : ibv_reg_mr(pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE);
-	memset(&qa, 0, sizeof(qa));
-	qa.send_cq = qa.recv_cq = cq;
-	qa.pd = pd;
-	qa.cap.max_send_wr = qa.cap.max_recv_wr = 8;
-	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
-	qp = mrc_create_qp(m, &qa);
+	qp = small_qp(m, pd, cq);
 	if (!mr || !qp) {
 		report(0, "setup: an MR and a QP", "errno %d", errno);
 		return 1;
