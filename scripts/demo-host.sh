@@ -126,7 +126,8 @@ for port in sorted({p for p, st in by}, key=int):
 first = next(((t, e) for t, prof, e, p, st, d in ev if p == "2" and st == "ASSUMED_BAD"), None)
 if ev:
     print(f"   e.g. {ev[0][0]} EV {ev[0][2]} on port {ev[0][3]} went {ev[0][4]}; every EV is probed back to GOOD once "
-          "its path answers (on the healthy ports: single losses, with 2 CPUs shared by 2 busy-polling NICs)")
+          "its path answers (on the healthy ports, mostly packets taken for lost that were only late: 2 CPUs shared by 2 "
+          "busy-polling NICs stall them)")
 PY
 fi
 

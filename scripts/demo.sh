@@ -217,8 +217,9 @@ else:
           + (f", all its EVs GOOD by {good:.0f} s" if good else ""))
     noisy = max(r[2][p][3] for r in rows for p in others)
     if noisy:
-        print(f"(EVs of healthy planes went ASSUMED_BAD too, up to {noisy} at once, after timeouts, and were probed "
-              f"back to GOOD; with 2 CPUs, a busy-polling worker that loses its CPU also makes timeouts fire)")
+        print(f"(EVs of healthy planes went ASSUMED_BAD too, up to {noisy} at once, and were probed back to GOOD: "
+              f"mostly packets taken for lost that were only late, as with 2 CPUs a busy-polling worker that loses its "
+              f"CPU holds them up)")
     if worst < total: bad.append(f"plane {failed}: only {worst} of {total} EVs went ASSUMED_BAD")
     if back is None: bad.append(f"plane {failed}: no traffic after the link came back")
     try:
