@@ -90,6 +90,14 @@ start_nic() {
   fail "mrc-nic did not start serving mrc0 and mrc1"
 }
 
+wait_socket() { # path tenths: until the socket exists, or fail (status 1)
+  for _ in $(seq "$2"); do
+    [ -S "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
 telemetry() { # command
   echo "$1" | $py /usr/bin/dpdk-telemetry.py -f "$prefix" 2>/dev/null | $py -c '
 import json, sys
@@ -251,18 +259,10 @@ case $case_name in
       responder=$!
       # A memif client connects only to a socket that exists; the device is
       # served once its links are up, so after the requester's NIC.
-      for _ in $(seq 100); do
-        [ -S "$sock" ] && return 0
-        sleep 0.1
-      done
-      fail "the responder's mrc-nic ($1) did not start"
+      wait_socket "$sock" 100 || fail "the responder's mrc-nic ($1) did not start"
     }
     wait_served() { # device
-      for _ in $(seq 150); do
-        [ -S "$MRC_RUN_DIR/$1.sock" ] && return 0
-        sleep 0.1
-      done
-      fail "$1 is not served"
+      wait_socket "$MRC_RUN_DIR/$1.sock" 150 || fail "$1 is not served"
     }
     run_perf() { # round
       local port

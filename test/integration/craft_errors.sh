@@ -28,15 +28,10 @@ expect --src-mac --src-mac 02:00:00:00:00
 good() { # frames args...
   local want=$1
   shift
-  local err rc=0
+  local err rc=0 bad=0
   err=$(timeout 20 "$craft" -o "$work/good.pcap" "$@" 2>&1 >/dev/null) || rc=$?
-  if [ $rc -ne 0 ] || ! grep -qF "wrote $want frames" <<<"$err"; then
-    echo "FAIL: $* -> rc=$rc, wanted $want frames: $(tail -n 2 <<<"$err")"
-    fail=$((fail + 1))
-  else
-    echo "ok: $* writes $want frames"
-    pass=$((pass + 1))
-  fi
+  { [ $rc -ne 0 ] || ! grep -qF "wrote $want frames" <<<"$err"; } && bad=1
+  record "$* writes $want frames" "$* -> rc=$rc, wanted $want frames: $(tail -n 2 <<<"$err")" $bad
 }
 good 2
 good 2 --src-mac 2:0:0:0:0:1 --dst-mac 02:00:00:00:00:fe

@@ -28,14 +28,9 @@ expect --interval-ms probe mrc0 --dgid 10.0.0.2 --ev 49152 --count 2 --interval-
 
 # And a good config still reads.
 printf 'json = true\n[ev.add]\nmin-active = 3\n' >"$work/good.conf"
-rc=0
+rc=0 bad=0
 out=$(timeout 20 "$ctl" --config "$work/good.conf" dev 2>&1) || rc=$?
-if [ $rc -ne 0 ] || ! grep -q '"devices": *\[\]' <<<"$out"; then
-  echo "FAIL: a good config -> rc=$rc: $(tail -n 2 <<<"$out")"
-  fail=$((fail + 1))
-else
-  echo "ok: a good config reads"
-  pass=$((pass + 1))
-fi
+{ [ $rc -ne 0 ] || ! grep -q '"devices": *\[\]' <<<"$out"; } && bad=1
+record "a good config reads" "a good config -> rc=$rc: $(tail -n 2 <<<"$out")" $bad
 
 finish

@@ -85,15 +85,10 @@ expect "not able to parse" --config "$work/binary.conf"
 
 # Good options still run, failures included.
 good() {
-  local rc=0
+  local rc=0 bad=0
   timeout 20 "$sim" "$@" >"$work/out.json" 2>"$work/err" || rc=$?
-  if [ $rc -ne 0 ] || ! grep -q '"completions_ok":true' "$work/out.json"; then
-    echo "FAIL: $* -> rc=$rc, wanted a complete run: $(tail -n 2 "$work/err")"
-    fail=$((fail + 1))
-  else
-    echo "ok: $* runs"
-    pass=$((pass + 1))
-  fi
+  { [ $rc -ne 0 ] || ! grep -q '"completions_ok":true' "$work/out.json"; } && bad=1
+  record "$* runs" "$* -> rc=$rc, wanted a complete run: $(tail -n 2 "$work/err")" $bad
 }
 good
 good --hosts 32 --hosts-per-leaf 8 --workload permutation --planes 2 --message-bytes 65536 \
