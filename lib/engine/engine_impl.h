@@ -52,7 +52,9 @@ enum TxPktFlags : uint8_t {
   kPktInFlight = 1 << 1,      // counted in inflight_bytes (sent, not acked, not declared lost)
   kPktQueued = 1 << 2,        // waiting in the retransmit queue
   kPktRackResend = 1 << 3,    // last resent because RACK judged it lost (a needless one widens the window)
-  kPktPlaneCharged = 1 << 4,  // a copy declared lost still counts in plane_inflight[charged_plane]
+  kPktPlaneCharged = 1 << 4,  // a copy declared lost still counts in its plane's plane_inflight
+  kPktEvBlamed = 1 << 5,      // the last loss verdict was blamed on EV lost_ev's path
+  kPktResendNamed = 1 << 6,   // since that verdict, a SACK has named the resend's EV
 };
 struct TxPkt {
   Nanos sent_at = 0;
@@ -60,9 +62,9 @@ struct TxPkt {
   uint32_t offset = 0;    // byte offset within the message
   uint16_t len = 0;       // at most kMaxPmtu
   uint16_t ev = 0;        // index into Qp::evs
+  uint16_t lost_ev = 0;   // EV of the copy last declared lost
   uint8_t tx_count = 0;
   uint8_t flags = 0;
-  uint8_t charged_plane = 0;
 };
 static_assert(sizeof(TxPkt) == 24);
 
@@ -104,6 +106,7 @@ struct EvCold {
   Nanos probe_backoff = 0;
   uint32_t silent_probes = 0;  // sent since the EV last changed state or its plane came up
   uint64_t drops = 0;   // losses since the last GOOD<->ASSUMED_BAD event
+  bool swept = false;   // ASSUMED_BAD with its whole plane (plane_silent)
   Counters<EvCtr> ctr;  // all but tx_pkts and acks, which are Ev's
 };
 
@@ -214,6 +217,11 @@ struct alignas(64) Qp {
   // Per plane, the newest send time among acknowledged packets: a loss of
   // a packet sent before it says nothing against the plane.
   std::array<Nanos, kMaxPlanes> plane_acked_sent_at{};
+  // Bit p: plane p's EVs were swept out of service together, the streak of
+  // losses ending with a packet sent at sweep_tip_sent_at[p]. An ACK for a
+  // packet sent on p since then shows the plane was only late.
+  uint32_t swept_planes = 0;
+  std::array<Nanos, kMaxPlanes> sweep_tip_sent_at{};
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;
@@ -482,6 +490,9 @@ struct Engine::Impl {
   int pick_ev(Qp& qp, int avoid_ev, bool need_room = true);
   // `sent_at`: when the lost packet was sent.
   void ev_lost(Qp& qp, uint16_t ev, Nanos sent_at, Nanos now);
+  void ev_loss_disproved(Qp& qp, uint16_t ev, Nanos now);
+  void late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, Nanos now);
+  void plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);

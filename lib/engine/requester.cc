@@ -22,6 +22,14 @@ bool in_flight_range(const Qp& qp, uint32_t psn) {
   return psn_in_window(psn, qp.snd_una, (qp.snd_nxt - qp.snd_una) & kPsnMask);
 }
 
+// A PSN's record while its slot has not been reused: in flight, or
+// acknowledged within the last window of sends.
+TxPkt* sent_record(Qp& qp, uint32_t psn) {
+  const uint32_t slots = qp.win_mask + 1;
+  if (!psn_in_window(psn, psn_add(qp.snd_nxt, -int64_t{slots}), slots)) return nullptr;
+  return &qp.win[psn & qp.win_mask];
+}
+
 // Packets leave in bursts with one timestamp, in PSN order (resent ones
 // first, and they have the lowest PSNs): the PSN breaks the tie.
 bool sent_before(Nanos a_at, uint32_t a_psn, Nanos b_at, uint32_t b_psn) {
@@ -299,6 +307,14 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now) {
   const uint32_t plane = qp.evs[t.ev].plane;  // the plane carries traffic
   qp.plane_losses[plane] = 0;
   qp.plane_acked_sent_at[plane] = std::max(qp.plane_acked_sent_at[plane], t.sent_at);
+  if (((qp.swept_planes >> plane) & 1) && t.sent_at >= qp.sweep_tip_sent_at[plane])
+    plane_sweep_disproved(qp, plane, now);
+  // Declared lost, still waiting to be resent, and sent only once: that one
+  // copy has arrived after all.
+  if ((t.flags & (kPktEvBlamed | kPktQueued)) == (kPktEvBlamed | kPktQueued) && t.tx_count == 1) {
+    t.flags &= ~kPktEvBlamed;
+    ev_loss_disproved(qp, t.lost_ev, now);
+  }
   take_out_of_flight(qp, t, false);
   release_plane_charge(qp, t);
   t.flags |= kPktAcked;
@@ -344,7 +360,11 @@ void Engine::Impl::mark_lost(Qp& qp, uint32_t psn, QpCtr why, bool path_failed, 
   t.flags = why == QpCtr::rtx_sack ? t.flags | kPktRackResend : t.flags & ~kPktRackResend;
   queue_retransmit(qp, psn, why == QpCtr::rtx_sack);
   qp.ctr.inc(why);
-  if (path_failed) ev_lost(qp, t.ev, t.sent_at, now);
+  t.lost_ev = t.ev;
+  t.flags &= ~(kPktEvBlamed | kPktResendNamed);
+  if (!path_failed) return;
+  if (cfg.transport == Transport::mrc) t.flags |= kPktEvBlamed;
+  ev_lost(qp, t.ev, t.sent_at, now);
 }
 
 // A plane that went down, here or at the peer (port status), lost what was
@@ -385,7 +405,7 @@ void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t, bool lost) {
   release_plane_charge(qp, t);  // an earlier lost copy gives way to this one
   if (lost) {
     t.flags |= kPktPlaneCharged;
-    t.charged_plane = plane;
+    t.lost_ev = t.ev;
   } else {
     --qp.plane_inflight[plane];
   }
@@ -393,8 +413,26 @@ void Engine::Impl::take_out_of_flight(Qp& qp, TxPkt& t, bool lost) {
 
 void Engine::Impl::release_plane_charge(Qp& qp, TxPkt& t) {
   if (!(t.flags & kPktPlaneCharged)) return;
-  --qp.plane_inflight[t.charged_plane];
+  --qp.plane_inflight[qp.evs[t.lost_ev].plane];
   t.flags &= ~kPktPlaneCharged;
+}
+
+// A SACK's trigger names the EV it came on. For a packet whose loss took
+// its EV out of service, that proves the copy arrived when the EV named is
+// the lost copy's (perhaps a duplicate after the resend was acknowledged:
+// the responder answers a duplicate at once), or when it is the resend's,
+// the packet was acknowledged before that and no SACK named the resend yet:
+// the first copy got there first.
+void Engine::Impl::late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, Nanos now) {
+  bool arrived = false;
+  if (reflected_ev == qp.evs[t.lost_ev].value)
+    arrived = t.lost_ev != t.ev || t.tx_count == 1;
+  else if (reflected_ev == qp.evs[t.ev].value && t.tx_count == 2 && !(t.flags & kPktResendNamed))
+    arrived = (t.flags & kPktAcked) != 0;
+  if (reflected_ev == qp.evs[t.ev].value) t.flags |= kPktResendNamed;
+  if (!arrived) return;
+  t.flags &= ~kPktEvBlamed;
+  ev_loss_disproved(qp, t.lost_ev, now);
 }
 
 // RACK: a packet is lost once a packet sent after it has been acknowledged
@@ -463,6 +501,8 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   const bool tlp_reply = s.probe_reply() && qp.tlp_outstanding && answers_this_series(qp, s.ack_psn_offset());
   if (!s.probe_reply()) {
     const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
+    if (TxPkt* rec = sent_record(qp, trigger); rec && (rec->flags & kPktEvBlamed))
+      late_copy_evidence(qp, *rec, s.entropy(), now);
     if (in_flight_range(qp, trigger)) {
       const TxPkt& t = qp.win[trigger & qp.win_mask];
       Ev& ev = qp.evs[t.ev];
