@@ -1518,21 +1518,22 @@ TEST_CASE("a fabric refuses partitions it cannot run apart") {
   CHECK_THROWS_AS(fab.leaf_to_spine(0, 0, 3).set_params(p), std::invalid_argument);
 }
 
-// Two planes, every EV kept in service and a fixed window, so that only the
-// planes' loads steer: 16 writes of 64 KB posted, the first window sent
-// evenly, then plane 1 falls 15 us behind.
+// Two planes and a fixed window: 16 writes of 64 KB posted, the first
+// window sent evenly, then plane 1 falls 15 us behind. By default every EV
+// is kept in service and no plane is swept, so that only the planes' loads
+// steer.
 struct LatePlane {
   static constexpr uint32_t kSize = 64 * 1024, kMessages = 16;
   sim::TestNet::Config cfg = basic(Transport::mrc, 2);
   QpAttr attr;
   std::unique_ptr<Pair> pair;
-  LatePlane() {
-    cfg.engine_template.plane_silent_losses = 0;  // the plane's own load, not the verdict
-    cfg.engine_template.reorder_window = 1000;    // late packets declared lost, the window kept
+  explicit LatePlane(uint32_t ev_min_active = 32, uint32_t plane_silent_losses = 0) {
+    cfg.engine_template.plane_silent_losses = plane_silent_losses;
+    cfg.engine_template.reorder_window = 1000;  // late packets declared lost, the window kept
     cfg.engine_template.reorder_window_growth = 1;
     attr.cc.algo = CcAlgo::none;
     attr.cc.fixed_window_bytes = 256 * 1024;
-    attr.ev.ev_min_active = 32;
+    attr.ev.ev_min_active = ev_min_active;
     pair = std::make_unique<Pair>(cfg, attr);
     Pair& p = *pair;
     for (uint32_t i = 0; i < kMessages; ++i)
@@ -1885,21 +1886,9 @@ TEST_CASE("an idle QP stops probing EVs nobody answers and work resumes the prob
 TEST_CASE("a packet declared lost that arrives puts its EV back at once, and its plane if swept") {
   for (const uint32_t silent_losses : {0u, 8u}) {
     INFO("plane_silent_losses " << silent_losses);
-    auto cfg = basic(Transport::mrc, 2);
-    cfg.engine_template.plane_silent_losses = silent_losses;
-    cfg.engine_template.reorder_window = 1000;
-    cfg.engine_template.reorder_window_growth = 1;
-    QpAttr attr;
-    attr.cc.algo = CcAlgo::none;
-    attr.cc.fixed_window_bytes = 256 * 1024;
-    Pair p(cfg, attr);
-    constexpr uint32_t kSize = 64 * 1024, kMessages = 16;
-    for (uint32_t i = 0; i < kMessages; ++i)
-      REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, p.write(i, kSize, i * kSize)) == 0);
-    p.net.poll(0);
-    sim::LinkParams slow = cfg.link;
-    slow.delay_ns = 15'000;
-    p.net.uplink(0, 1).set_params(slow);
+    LatePlane lp(1, silent_losses);
+    Pair& p = *lp.pair;
+    constexpr uint32_t kSize = LatePlane::kSize, kMessages = LatePlane::kMessages;
     p.net.run_until_idle(1'000'000'000);
     REQUIRE(p.net.completions(0).size() == kMessages);
     CHECK(std::memcmp(p.src.data(), p.dst.data(), kMessages * kSize) == 0);
