@@ -22,6 +22,7 @@
 
 #include <unistd.h>
 
+#include "cli_checks.h"
 #include "engine/engine.h"
 #include "pcap/pcap_file.h"
 #include "sim/fabric.h"
@@ -29,6 +30,7 @@
 
 using namespace mrc;
 using namespace mrc::engine;
+using mrc::app::finite_range;
 
 namespace {
 
@@ -120,20 +122,6 @@ constexpr uint64_t kTimelineSampleBytes = 16 + 8 * kMaxPlanes;
 // fit in 128 bytes, as in FrameTemplate) and the ICRC: a queue smaller than
 // that drops every full frame and the run silently completes nothing.
 constexpr uint32_t kMaxFrameOverhead = 128 + wire::kIcrcLen;
-
-// CLI11 reads "nan" and "inf" as numbers and its Range lets NaN through
-// (every comparison with NaN is false), so every floating-point option is
-// checked with this: finite and in [lo, hi].
-CLI::Validator real(double lo, double hi) {
-  return CLI::Validator(
-      [lo, hi](std::string& in) -> std::string {
-        double v = 0;
-        if (!CLI::detail::lexical_cast(in, v)) return "Value " + in + " is not a number";
-        if (!std::isfinite(v) || v < lo || v > hi) return fmt::format("Value {} not in range {} to {}", in, lo, hi);
-        return "";
-      },
-      fmt::format("FLOAT in [{} - {}]", lo, hi));
-}
 
 // KIND:PLANE:INDEX, as --fail-link and --fail-switch name their target.
 struct FailTarget {
@@ -1080,11 +1068,11 @@ int main(int argc, char** argv) {
   app.add_option("--spines", o.spines, "spines per plane (0: from oversubscription)")
       ->check(CLI::Range(0u, kMaxSpines))
       ->capture_default_str();
-  app.add_option("--oversubscription", o.oversubscription)->check(real(1e-3, 1e6))->capture_default_str();
-  app.add_option("--host-rate-gbps", o.host_rate_gbps)->check(real(1e-3, 1e6))->capture_default_str();
-  app.add_option("--fabric-rate-gbps", o.fabric_rate_gbps)->check(real(1e-3, 1e6))->capture_default_str();
-  app.add_option("--host-delay-ns", o.host_delay_ns)->check(real(0, 1e12))->capture_default_str();
-  app.add_option("--fabric-delay-ns", o.fabric_delay_ns)->check(real(0, 1e12))->capture_default_str();
+  app.add_option("--oversubscription", o.oversubscription)->check(finite_range(1e-3, 1e6))->capture_default_str();
+  app.add_option("--host-rate-gbps", o.host_rate_gbps)->check(finite_range(1e-3, 1e6))->capture_default_str();
+  app.add_option("--fabric-rate-gbps", o.fabric_rate_gbps)->check(finite_range(1e-3, 1e6))->capture_default_str();
+  app.add_option("--host-delay-ns", o.host_delay_ns)->check(finite_range(0, 1e12))->capture_default_str();
+  app.add_option("--fabric-delay-ns", o.fabric_delay_ns)->check(finite_range(0, 1e12))->capture_default_str();
   app.add_option("--host-queue-bytes", o.host_queue_bytes)->capture_default_str();
   app.add_option("--fabric-queue-bytes", o.fabric_queue_bytes)->capture_default_str();
   app.add_option("--host-tx-bytes", o.host_tx_bytes,
@@ -1094,10 +1082,10 @@ int main(int argc, char** argv) {
   app.add_option("--ecn-max-bytes", o.ecn_max_bytes, "0 disables ECN marking")->capture_default_str();
   app.add_option("--trim-bytes", o.trim_bytes, "0 disables trimming")->capture_default_str();
   app.add_option("--loss", o.loss, "per-frame loss probability on every link")
-      ->check(real(0, 1))
+      ->check(finite_range(0, 1))
       ->capture_default_str();
-  app.add_option("--corrupt", o.corrupt)->check(real(0, 1))->capture_default_str();
-  app.add_option("--duplicate", o.duplicate)->check(real(0, 1))->capture_default_str();
+  app.add_option("--corrupt", o.corrupt)->check(finite_range(0, 1))->capture_default_str();
+  app.add_option("--duplicate", o.duplicate)->check(finite_range(0, 1))->capture_default_str();
   app.add_option("--host-link-impairments", o.host_link_impairments, "apply loss/corrupt/duplicate to host links too")
       ->capture_default_str();
   app.add_option("--workload", o.workload)
@@ -1140,7 +1128,7 @@ int main(int argc, char** argv) {
   app.add_option("--reorder-window-growth", o.reorder_window_growth,
                  "the reorder window may grow, a quarter of its base at a time, to this many times its base "
                  "after needless resends (1: fixed)")
-      ->check(real(1, 64))
+      ->check(finite_range(1, 64))
       ->capture_default_str();
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
@@ -1151,25 +1139,27 @@ int main(int argc, char** argv) {
   app.add_option("--fail-link", o.fail_link,
                  "host:PLANE:HOST or fabric:PLANE:INDEX (INDEX = leaf * spines + spine; needs --fail-at-us)");
   app.add_option("--fail-switch", o.fail_switch, "leaf:PLANE:INDEX or spine:PLANE:INDEX (needs --fail-at-us)");
-  app.add_option("--fail-at-us", o.fail_at_us, "failure time after the start")->check(real(0, kMaxUs));
-  app.add_option("--restore-at-us", o.restore_at_us, "restore time after the start")->check(real(0, kMaxUs));
+  app.add_option("--fail-at-us", o.fail_at_us, "failure time after the start")->check(finite_range(0, kMaxUs));
+  app.add_option("--restore-at-us", o.restore_at_us, "restore time after the start")->check(finite_range(0, kMaxUs));
   app.add_option("--flap-period-us", o.flap_period_us, "toggle every half period from the failure on (0: no flapping)")
-      ->check(real(0, kMaxUs))
+      ->check(finite_range(0, kMaxUs))
       ->capture_default_str();
   app.add_option("--port-status", o.port_status, "affected NICs see the port change and send port status")
       ->capture_default_str();
   app.add_option("--duration-us", o.duration_us, "simulated time cap")
-      ->check(real(1e-3, kMaxUs))
+      ->check(finite_range(1e-3, kMaxUs))
       ->capture_default_str();
   // Below 1 ns the sampler's step rounds to 0 and it runs forever at one instant.
   app.add_option("--sample-us", o.sample_us, "goodput sampling period")
-      ->check(real(1e-3, kMaxUs))
+      ->check(finite_range(1e-3, kMaxUs))
       ->capture_default_str();
   app.add_option("--recovery-window-us", o.recovery_window_us, "window over which recovery compares goodput")
-      ->check(real(0, kMaxUs))
+      ->check(finite_range(0, kMaxUs))
       ->capture_default_str();
   app.add_option("--timeline", o.timeline, "write a per-interval CSV");
-  app.add_option("--timeline-interval-us", o.timeline_interval_us)->check(real(1e-3, kMaxUs))->capture_default_str();
+  app.add_option("--timeline-interval-us", o.timeline_interval_us)
+      ->check(finite_range(1e-3, kMaxUs))
+      ->capture_default_str();
   auto* pcap_opt = app.add_option("--pcap", o.pcap, "capture one link (--pcap-link) to this file");
   app.add_option("--pcap-link", o.pcap_link,
                  "the link --pcap captures, as its far end receives it: up:PLANE:HOST, down:PLANE:HOST, "
