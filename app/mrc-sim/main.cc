@@ -339,7 +339,7 @@ bool Sim::setup_qp(QpRun& q, uint32_t gi) {
   // EVs spread equally over planes; the rotation binds RoCEv2 QPs (which use
   // only the first EV) to planes round-robin.
   const uint32_t rot = gi % o_.planes;
-  for (uint32_t i = 0; i < std::max<uint32_t>(1, o_.evs); ++i)
+  for (uint32_t i = 0; i < o_.evs; ++i)
     a.ev.evs.push_back(EvEntry{0xC000u | ((gi * 977u + i) & 0x3FFF), static_cast<uint8_t>((i + rot) % o_.planes)});
   a.ev.active_per_plane = o_.ev_active_per_plane;
   if (t == Transport::mrc) {
@@ -931,6 +931,11 @@ std::string check_options(const Options& o) {
     return fmt::format("--trim-bytes: {} would trim every frame of MTU {} (at least {}, or 0: no trimming)",
                        o.trim_bytes, o.mtu, frame);
 
+  // The links mark from the larger of the two: a smaller max quietly became the min.
+  if (o.ecn_max_bytes && o.ecn_max_bytes < o.ecn_min_bytes)
+    return fmt::format("--ecn-max-bytes: {} is below --ecn-min-bytes {} (0: no ECN marking)", o.ecn_max_bytes,
+                       o.ecn_min_bytes);
+
   // The shape as sim::Fabric derives it (its own checks come after the
   // allocations these bounds prevent).
   const uint32_t leaves = (o.hosts + o.hosts_per_leaf - 1) / o.hosts_per_leaf;
@@ -1052,7 +1057,7 @@ int main(int argc, char** argv) {
           },
           "NAME"));
   app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
-  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--seed", o.seed)->check(mrc::app::not_negative())->capture_default_str();
   app.add_option("--hosts", o.hosts)->check(CLI::Range(2u, 65534u))->capture_default_str();
   app.add_option("--partitions", o.partitions,
                  "cut the fabric into this many parts that run side by side (a parallel run; results differ from "
@@ -1105,8 +1110,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--incast-degree", o.incast_degree)->check(CLI::Range(1u, 65533u))->capture_default_str();
   app.add_option("--victim", o.victim, "incast: add a victim flow through the receiver's leaf")->capture_default_str();
+  // 0 was taken and ran with one EV.
   app.add_option("--evs", o.evs, "EVs per QP, spread equally over planes")
-      ->check(CLI::Range(0u, uint32_t(engine::kMaxEvsPerQp)))
+      ->check(CLI::Range(1u, uint32_t(engine::kMaxEvsPerQp)))
       ->capture_default_str();
   app.add_option("--ev-active-per-plane", o.ev_active_per_plane)->capture_default_str();
   app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u, 8192u}))->capture_default_str();

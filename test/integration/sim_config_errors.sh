@@ -70,6 +70,11 @@ expect --evs --evs 100000
 expect --message-bytes --message-bytes 0
 expect --incast-degree --incast-degree 0
 expect --scenario --scenario 'a"b'
+# Values that ran as others: a negative seed as 2^64 - 1, no EVs as one, an
+# ECN max below the min as the min.
+expect --seed --seed -1
+expect --evs --evs 0
+expect --ecn-max-bytes --ecn-min-bytes 65536 --ecn-max-bytes 32768
 # From a config file too.
 printf 'loss = nan\n' >"$work/nan.conf"
 expect loss --config "$work/nan.conf"
