@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "cli_checks.h"
+
 namespace mrc::nicapp {
 
 void add_options(CLI::App& app, Options& o) {
@@ -59,9 +61,14 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--nscc-max-cwnd", o.nscc_max_cwnd, "bytes; 0: 1.5 x BDP")->capture_default_str();
   app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "no quick adapt");
   app.add_option("--fixed-window", o.fixed_window, "bytes in flight with --cc none")->capture_default_str();
-  app.add_option("--plane-rate-gbps", o.plane_rate_gbps, "rate CC assumes per plane")->capture_default_str();
+  // NSCC sizes its window from rate x RTT and casts it to an integer: 1e300
+  // overflowed that cast, 1e-300 left a window of one MTU.
+  app.add_option("--plane-rate-gbps", o.plane_rate_gbps, "rate CC assumes per plane")
+      ->check(mrc::app::finite_range(1e-3, 1e6))
+      ->capture_default_str();
   app.add_option("--lcore-rate-gbps", o.lcore_rate_gbps,
                  "rate CC assumes at most for all planes of a device together, per worker lcore (0: no cap)")
+      ->check(mrc::app::finite_range(0, 1e6))
       ->capture_default_str();
   app.add_option("--ack-every", o.ack_every)->check(CLI::Range(1u, 1024u))->capture_default_str();
   app.add_option("--ack-delay-ns", o.ack_delay_ns)->capture_default_str();
@@ -106,15 +113,20 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--resolve-timeout", o.resolve_timeout, "seconds a QP's move to RTR waits for ARP/ND per plane")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 60.0));
-  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--seed", o.seed)->check(mrc::app::not_negative())->capture_default_str();
   app.add_option("--workload", o.wl.op, "drive writes between two devices: write | write_imm")
       ->check(CLI::IsMember({"write", "write_imm"}));
-  app.add_option("--wl-size", o.wl.size, "message bytes")->transform(CLI::AsSizeValue(false))->capture_default_str();
+  app.add_option("--wl-size", o.wl.size, "message bytes")
+      ->check(mrc::app::not_negative())
+      ->transform(CLI::AsSizeValue(false))
+      ->capture_default_str();
   app.add_option("--wl-qps", o.wl.qps)->check(CLI::Range(1u, 4096u))->capture_default_str();
   app.add_option("--wl-depth", o.wl.depth, "messages in flight per QP")
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
+  // -1 was 2^64 - 1 bytes: a run that never ended.
   app.add_option("--wl-bytes", o.wl.bytes, "bytes to write in all (0: use --wl-seconds)")
+      ->check(mrc::app::not_negative())
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();
   app.add_option("--wl-seconds", o.wl.seconds)->capture_default_str();
@@ -320,6 +332,9 @@ std::string build(const Options& o, Built& out) {
     // only lengthened the queues in front of that CPU and cost goodput.
     if (o.lcore_rate_gbps > 0)
       d.engine.plane_rate_gbps = std::min(o.plane_rate_gbps, o.lcore_rate_gbps / double(d.planes.size()));
+    if (d.engine.plane_rate_gbps < 1e-3)  // the floor of --plane-rate-gbps
+      return fmt::format("--lcore-rate-gbps: {} leaves each of device {}'s {} planes less than 0.001 Gb/s",
+                         o.lcore_rate_gbps, n, d.planes.size());
     // All planes of a device share one address family (one GID type).
     for (auto& p : d.planes)
       if (p.addr.ip.is_v4() != d.planes[0].addr.ip.is_v4())

@@ -52,6 +52,12 @@ expect "--fault" "${good[@]}" --fault "mrc0 delay-us=1e30"
 expect "--link-event" "${good[@]}" --link-event "mrc0:0 down at-ms=inf"
 expect "--timeout" "${good[@]}" --timeout 25
 expect "--max-wimm" "${good[@]}" --max-wimm 4000000000
+# Values that ran as others: -1 as 2^64 - 1 (bytes: a workload without end),
+# rates that broke NSCC's window (an integer cast overflowed, or one MTU).
+expect "--wl-bytes" "${good[@]}" --duration 0.1 --wl-bytes -1
+expect "--seed" "${good[@]}" --duration 0.1 --seed -1
+expect "--plane-rate-gbps" "${good[@]}" --duration 0.1 --plane-rate-gbps 1e300
+expect "--lcore-rate-gbps" "${good[@]}" --duration 0.1 --lcore-rate-gbps 1e-9
 expect "--wl-size x --wl-depth" --add-vdev net_ring9 --device mrc0 --device mrc1 --plane "mrc0 port=net_ring0 ip=10.0.0.1" \
   --plane "mrc1 port=net_ring9 ip=10.0.0.2" --workload write --wl-from mrc0 --wl-to mrc1 --wl-size 1G \
   --wl-depth 4096 --sq-depth 4096 --wl-seconds 1
