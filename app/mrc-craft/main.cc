@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli_checks.h"
 #include "pcap/pcap_file.h"
 #include "wire/ev.h"
 #include "wire/packet.h"
@@ -469,7 +470,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"mrc", "rocev2"}));
   app.add_option("--psn", o.psn, "first PSN")->capture_default_str()->check(CLI::Range(0u, kPsnMask));
-  app.add_option("--va", o.va, "remote virtual address of the first message")->capture_default_str();
+  app.add_option("--va", o.va, "remote virtual address of the first message")
+      ->check(mrc::app::not_negative())
+      ->capture_default_str();
   app.add_option("--rkey", o.rkey, "remote key")->capture_default_str();
   app.add_option("--ev", o.evs, "entropy values, used round robin per packet");
   app.add_option("--ev-range", o.ev_range, "entropy values A-B (inclusive), appended to --ev");
@@ -518,6 +521,10 @@ int main(int argc, char** argv) {
     if (total > kMaxTotalBytes)
       throw std::invalid_argument(fmt::format(
           "--size: {} bytes of messages in all, more than {} (the frames are held in memory)", total, kMaxTotalBytes));
+    // The messages follow each other from --va: past 2^64 their VAs wrapped to 0.
+    if (total > 0 && total - 1 > UINT64_MAX - o.va)
+      throw std::invalid_argument(
+          fmt::format("--va {:#x}: {} bytes of messages from there run past the 64-bit address space", o.va, total));
     // Parsed here, used or not, so a bad value is an error before anything is written.
     const auto bitmap = parse_uint(o.sack_bitmap, UINT64_MAX);
     if (!bitmap)

@@ -36,7 +36,7 @@ RUNS = [
     ("v4_rocev2_write_imm_mtu1024", SIZES + WRAP + ["--mtu", "1024", "--transport", "rocev2", "--op", "write_imm"], {}),
     ("v6_mrc_write_imm_mtu4096", V6 + SIZES + WRAP + ["--op", "write_imm", "--imm", "0xA1B2C3D4"], {}),
     ("v6_rocev2_write_mtu1024", V6 + SIZES + WRAP + ["--mtu", "1024", "--transport", "rocev2"], {}),
-    ("v6_mrc_write_mtu1024", V6 + SIZES + ["--mtu", "1024", "--psn", str(0xFFFFFE), "--va", "0xFFFFFFFFFFFF0000",
+    ("v6_mrc_write_mtu1024", V6 + SIZES + ["--mtu", "1024", "--psn", str(0xFFFFFE), "--va", "0xFFFFFFFFFFFE0000",
                                            "--rkey", "0xDEADBEEF"], {}),
     # The TS and RTX flags live in BTH bits tshark calls "reserved7".
     ("v4_vlan_ts_rtx", ["--vlan", str(0x6123), "--ts", "--rtx", "--size", "3", "5000", "--mtu", "2048"]

@@ -20,6 +20,10 @@ expect "not able to parse" --config "$work/binary.conf"
 expect --size --size 4294967295 --mtu 256
 expect --size --size 1073741824 1073741824 1073741824 1073741824 --mtu 8192
 
+# Remote addresses that wrapped: -1 read as 2^64 - 1, and VAs past 2^64 as 0 on.
+expect --va --va -1
+expect --va --va 0xFFFFFFFFFFFFF000 --size 8192
+
 # Malformed addresses (the trailing colon was accepted).
 expect --src-mac --src-mac 02:00:00:00:00:01:
 expect --src-mac --dst-mac 02:00:00:00:00:02::
@@ -36,6 +40,7 @@ good() { # frames args...
 good 2
 good 2 --src-mac 2:0:0:0:0:1 --dst-mac 02:00:00:00:00:fe
 good 4 --size 100 --size 8193 --mtu 4096
+good 2 --va 0xFFFFFFFFFFFFE000 --size 8192
 printf 'size = [100, 8193]\nemit = ["ack"]\n' >"$work/good.conf"
 good 5 --config "$work/good.conf"
 
