@@ -52,6 +52,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,7 +65,12 @@
 #include <variant>
 #include <vector>
 
+#include "cli_checks.h"
+
 namespace {
+
+using mrc::app::finite_range;
+using mrc::app::not_negative;
 
 // ---------------------------------------------------------------- errors
 
@@ -1716,11 +1722,14 @@ struct NsccArgs {
     opt(s->add_option("--base-rtt", cfg.base_rtt, "base RTT (ns)"));
     opt(s->add_option("--target-delay", cfg.target_delay, "target queueing delay (ns; 0: 0.75 x base RTT)"));
     opt(s->add_option("--max-cwnd", cfg.max_cwnd, "largest window (bytes; 0: from the BDP)"));
-    opt(s->add_option("--eta", cfg.eta, "additive increase (MTUs)"));
-    opt(s->add_option("--fi", cfg.fi, "fair increase (MTUs)"));
-    opt(s->add_option("--fi-scale", cfg.fi_scale, "fair increase scale"));
-    opt(s->add_option("--gamma", cfg.gamma, "multiplicative decrease factor"));
-    opt(s->add_option("--max-md-jump", cfg.max_md_jump, "largest multiplicative decrease"));
+    // NaN, inf and values beyond a float (inf once stored) passed to the
+    // device, which does not check fi and fi_scale.
+    const auto real = finite_range(0, std::numeric_limits<float>::max());
+    opt(s->add_option("--eta", cfg.eta, "additive increase (MTUs)")->check(real));
+    opt(s->add_option("--fi", cfg.fi, "fair increase (MTUs)")->check(real));
+    opt(s->add_option("--fi-scale", cfg.fi_scale, "fair increase scale")->check(real));
+    opt(s->add_option("--gamma", cfg.gamma, "multiplicative decrease factor")->check(finite_range(0, 1)));
+    opt(s->add_option("--max-md-jump", cfg.max_md_jump, "largest multiplicative decrease")->check(finite_range(0, 1)));
     opt(s->add_option("--adjust-bytes", cfg.adjust_bytes_threshold, "bytes between window adjustments"));
     opt(s->add_option("--adjust-period", cfg.adjust_period_threshold, "ns between window adjustments"));
     opt(s->add_option("--qa-gate", qa_gate, "quick adapt gate")->check(CLI::Range(0u, 255u)));
@@ -2525,7 +2534,7 @@ int main(int argc, char** argv) {
   std::string port_how;
   auto* port_set = port_cmd->add_subcommand("set", "enable or disable a port");
   port_set->add_option("DEV", dev, "device")->required();
-  port_set->add_option("PORT", port_num, "port number (1-based)")->required();
+  port_set->add_option("PORT", port_num, "port number (1-based)")->required()->check(not_negative());
   port_set->add_option("STATE", port_how, "up | down")->required()->check(CLI::IsMember({"up", "down"}));
 
   // fmt
@@ -2533,7 +2542,7 @@ int main(int argc, char** argv) {
   FmtAddOpts fmt_add_o;
   auto* fmt_add = fmt_cmd->add_subcommand("add", "configure an EV format profile");
   fmt_add->add_option("DEV", dev, "device")->required();
-  fmt_add->add_option("ID", id, "profile id")->required();
+  fmt_add->add_option("ID", id, "profile id")->required()->check(not_negative());
   fmt_add->add_option("--mode", fmt_add_o.mode, "udp | stev")
       ->check(CLI::IsMember({"udp", "stev"}))
       ->capture_default_str();
@@ -2550,7 +2559,7 @@ int main(int argc, char** argv) {
     auto* s = fmt_cmd->add_subcommand(
         v, std::string(v) == "del" ? "return the profile to INIT" : std::string(v) + " an EV format profile");
     s->add_option("DEV", dev, "device")->required();
-    s->add_option("ID", id, "profile id")->required();
+    s->add_option("ID", id, "profile id")->required()->check(not_negative());
     fmt_verbs.push_back(s);
   }
 
@@ -2559,8 +2568,8 @@ int main(int argc, char** argv) {
   EvAddOpts ev_add_o;
   auto* ev_add = ev_cmd->add_subcommand("add", "configure an explicit (exp) or generated (gen) EV profile");
   ev_add->add_option("DEV", dev, "device")->required();
-  ev_add->add_option("ID", id, "profile id")->required();
-  ev_add->add_option("--fmt", ev_add_o.fmt_id, "EV format profile id")->required();
+  ev_add->add_option("ID", id, "profile id")->required()->check(not_negative());
+  ev_add->add_option("--fmt", ev_add_o.fmt_id, "EV format profile id")->required()->check(not_negative());
   ev_add->add_option("--mode", ev_add_o.mode, "exp | gen")->required()->check(CLI::IsMember({"exp", "gen"}));
   ev_add->add_option("--count", ev_add_o.count, "EVs in the profile (default: listed or generated count)");
   ev_add->add_option("--evs", ev_add_o.evs, "explicit EVs: VALUE[-VALUE][@PORT],...; no @PORT deals ports round-robin")
@@ -2583,7 +2592,7 @@ int main(int argc, char** argv) {
                                         : std::string(v) == "del" ? "return the profile to INIT"
                                                                   : std::string(v) + " an EV profile");
     s->add_option("DEV", dev, "device")->required();
-    s->add_option("ID", id, "profile id")->required();
+    s->add_option("ID", id, "profile id")->required()->check(not_negative());
     ev_verbs.push_back(s);
   }
   std::vector<std::string> ev_list;
@@ -2593,7 +2602,7 @@ int main(int argc, char** argv) {
                                         : std::string(v) == "restore" ? "set EVs GOOD again"
                                                                       : "query EV states");
     s->add_option("DEV", dev, "device")->required();
-    s->add_option("ID", id, "profile id")->required();
+    s->add_option("ID", id, "profile id")->required()->check(not_negative());
     s->add_option("EV", ev_list, "EV[@PORT][,...] (no port: every port holding the value)")->required();
     ev_ops.push_back(s);
   }
@@ -2603,7 +2612,7 @@ int main(int argc, char** argv) {
   CcAddOpts cc_add_o;
   auto* cc_add = cc_cmd->add_subcommand("add", "configure a CC profile");
   cc_add->add_option("DEV", dev, "device")->required();
-  cc_add->add_option("ID", id, "profile id")->required();
+  cc_add->add_option("ID", id, "profile id")->required()->check(not_negative());
   cc_add->add_option("--algo", cc_add_o.algo, "algorithm (see 'mrcctl dev show')")->capture_default_str();
   cc_add->add_flag("--online", cc_add_o.online, "bring it online");
   cc_add_o.nscc.add(cc_add);
@@ -2611,14 +2620,14 @@ int main(int argc, char** argv) {
   auto* cc_set = cc_cmd->add_subcommand(
       "set", "change parameters of a configured NSCC profile (online too, if the device allows)");
   cc_set->add_option("DEV", dev, "device")->required();
-  cc_set->add_option("ID", id, "profile id")->required();
+  cc_set->add_option("ID", id, "profile id")->required()->check(not_negative());
   cc_set_o.add(cc_set);
   std::vector<CLI::App*> cc_verbs;
   for (const char* v : {"show", "online", "offline", "del"}) {
     auto* s = cc_cmd->add_subcommand(
         v, std::string(v) == "del" ? "return the profile to INIT" : std::string(v) + " a CC profile");
     s->add_option("DEV", dev, "device")->required();
-    s->add_option("ID", id, "profile id")->required();
+    s->add_option("ID", id, "profile id")->required()->check(not_negative());
     cc_verbs.push_back(s);
   }
 
@@ -2687,16 +2696,10 @@ int main(int argc, char** argv) {
   // NaN and negatives passed for 0 (until interrupted), and inf or 1e300
   // overflowed the deadline: each followed events for ever.
   mon->add_option("--seconds", mon_seconds, "stop after S seconds (0: until interrupted)")
-      ->check(CLI::Validator(
-          [](std::string& in) -> std::string {
-            double v = 0;
-            if (!CLI::detail::lexical_cast(in, v) || !(v >= 0 && v <= 1e6))
-              return "'" + in + "': expected seconds from 0 to 1e6";
-            return "";
-          },
-          "SECONDS"))
+      ->check(finite_range(0, 1e6))
       ->capture_default_str();
   mon->add_option("--profile", mon_profiles, "only these EV profiles")
+      ->check(not_negative())
       ->delimiter(',')
       ->expected(1)
       ->allow_extra_args(false)

@@ -26,6 +26,16 @@ expect --seconds monitor mrc0 --seconds inf
 expect --seconds monitor mrc0 --seconds 1e300
 expect --interval-ms probe mrc0 --dgid 10.0.0.2 --ev 49152 --count 2 --interval-ms 4000000000
 
+# NSCC parameters the device would have taken as NaN or inf (it does not
+# check fi or fi_scale), and profile ids of -1 taken as 2^64 - 1.
+expect --fi cc add mrc0 1 --fi nan
+expect --fi-scale cc set mrc0 1 --fi-scale 1e39
+expect --eta cc add mrc0 1 --eta inf
+expect --gamma cc add mrc0 1 --gamma nan
+expect ID cc add mrc0 -1
+expect --fmt ev add mrc0 1 --fmt -1 --mode exp --evs 1
+expect --profile monitor mrc0 --profile 1,-2
+
 # And a good config still reads.
 printf 'json = true\n[ev.add]\nmin-active = 3\n' >"$work/good.conf"
 rc=0 bad=0
