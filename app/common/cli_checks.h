@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <string>
 
@@ -35,6 +37,25 @@ inline CLI::Validator not_negative() {
         return "";
       },
       "");
+}
+
+// For set_config's option: CLI11 reads any path that is not a directory to
+// its end, so /dev/zero never ends, a FIFO without a writer blocks, and a
+// huge file is read whole. A config is a small regular file. Runs before
+// the file is opened (CLI11 validates the path when it asks for it).
+inline constexpr off_t kMaxConfigBytes = 1 << 20;
+inline CLI::Validator config_file() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        struct stat st {};
+        if (in.empty()) return "";
+        if (::stat(in.c_str(), &st) != 0) return "File does not exist: " + in;
+        if (!S_ISREG(st.st_mode)) return in + " is not a regular file";
+        if (st.st_size > kMaxConfigBytes)
+          return fmt::format("{} has {} bytes; a config file has at most {}", in, st.st_size, kMaxConfigBytes);
+        return "";
+      },
+      "FILE");
 }
 
 }  // namespace mrc::app

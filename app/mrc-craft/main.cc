@@ -446,7 +446,7 @@ std::vector<uint32_t> resolve_evs(const Options& o, EvFormat fmt) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"mrc-craft: write pcap files of MRC and RoCEv2 packets (test vectors, replay traffic)"};
-  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file");
+  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file")->check(mrc::app::config_file());
   // A misspelt key (sizes = 4) was ignored and the defaults were written.
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.add_option("--out,-o", o.out, "pcap file to write")->required();

@@ -18,7 +18,8 @@
 namespace mrc::nicapp {
 
 void add_options(CLI::App& app, Options& o) {
-  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file; every flag is also a key");
+  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file; every flag is also a key")
+      ->check(mrc::app::config_file());
   app.allow_config_extras(CLI::config_extras_mode::error);  // a misspelt key must not pass silently
   app.add_option("--device", o.devices, "device names, e.g. mrc0 mrc1")->capture_default_str();
   app.add_option("--plane", o.planes,

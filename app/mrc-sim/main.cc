@@ -1043,7 +1043,7 @@ int main(int argc, char** argv) {
   restart_with_huge_pages(argv);
   Options o;
   CLI::App app{"mrc-sim: the MRC engine on a simulated multi-plane leaf-spine fabric; prints a JSON summary"};
-  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file");
+  app.set_config("--config", "", "read options from a CLI11 config (TOML/INI) file")->check(mrc::app::config_file());
   // A misspelt key (hostz = 64) or a section ([sim]) was ignored and the
   // run went ahead on the defaults, as if the file had been read.
   app.allow_config_extras(CLI::config_extras_mode::error);

@@ -2506,7 +2506,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
   app.add_flag("-j,--json", g_json, "print JSON instead of tables");
-  app.set_config("--config", "", "read options from FILE (CLI11 TOML/INI; sections name commands, e.g. [ev.add])");
+  app.set_config("--config", "", "read options from FILE (CLI11 TOML/INI; sections name commands, e.g. [ev.add])")
+      ->check(mrc::app::config_file());
   // A misspelt key or section ([ev.add] min-activ = 3) was ignored and the
   // command ran without it.
   app.allow_config_extras(CLI::config_extras_mode::error);

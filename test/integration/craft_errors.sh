@@ -44,4 +44,9 @@ good 2 --va 0xFFFFFFFFFFFFE000 --size 8192
 printf 'size = [100, 8193]\nemit = ["ack"]\n' >"$work/good.conf"
 good 5 --config "$work/good.conf"
 
+# Config paths CLI11 would read for ever or block on (were hangs).
+mkfifo "$work/fifo"
+expect "--config: /dev/zero is not a regular file" --config /dev/zero
+expect "--config: $work/fifo is not a regular file" --config "$work/fifo"
+
 finish

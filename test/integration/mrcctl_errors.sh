@@ -43,4 +43,9 @@ out=$(timeout 20 "$ctl" --config "$work/good.conf" dev 2>&1) || rc=$?
 { [ $rc -ne 0 ] || ! grep -q '"devices": *\[\]' <<<"$out"; } && bad=1
 record "a good config reads" "a good config -> rc=$rc: $(tail -n 2 <<<"$out")" $bad
 
+# Config paths CLI11 would read for ever or block on (were hangs).
+mkfifo "$work/fifo"
+expect "--config: /dev/zero is not a regular file" --config /dev/zero dev
+expect "--config: $work/fifo is not a regular file" --config "$work/fifo" dev
+
 finish

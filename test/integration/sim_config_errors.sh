@@ -103,4 +103,11 @@ good --hosts 32 --hosts-per-leaf 8 --planes 2 --message-bytes 65536 \
 good --timeout -1 --retry-exp 25 --evs 32768 --host-queue-bytes 4228
 good --hosts 32 --hosts-per-leaf 8 --workload incast --trim-bytes 4228
 
+# Config paths CLI11 would read for ever or block on (were hangs).
+mkfifo "$work/fifo"
+head -c 2000000 /dev/zero >"$work/huge.conf"
+expect "--config: /dev/zero is not a regular file" --config /dev/zero
+expect "--config: $work/fifo is not a regular file" --config "$work/fifo"
+expect "--config: $work/huge.conf has 2000000 bytes" --config "$work/huge.conf"
+
 finish

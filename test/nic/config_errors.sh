@@ -109,4 +109,9 @@ if ! "$nic" "${eal[@]}" -- "${good[@]}" --duration 0.2 --link-wait 0 >/dev/null 
   echo "FAIL: a good configuration did not run: $(tail -n 3 "$work/good.log")"
   failures=$((failures + 1))
 fi
+# Config paths CLI11 would read for ever or block on (were hangs).
+rm -f "$work/fifo" && mkfifo "$work/fifo"
+expect "--config: /dev/zero is not a regular file" --config /dev/zero
+expect "--config: $work/fifo is not a regular file" --config "$work/fifo"
+
 [ $failures -eq 0 ] && echo "PASS: every bad configuration named its key" || exit 1
