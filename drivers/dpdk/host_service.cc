@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -1701,8 +1702,14 @@ std::string HostService::Impl::put_cc(Client& c, const abi::CtlCc& cc, abi::Resp
   if (cc.state == kStateOnline && algo == kCcAlgorithms[0] && !cc.has_config) return "NSCC needs its config to go ONLINE";
   if (cc.has_config && algo == kCcAlgorithms[0]) {
     const auto& n = cc.nscc;
-    if (n.base_rtt == 0 || !(n.eta > 0) || !(n.gamma > 0 && n.gamma <= 1) || !(n.max_md_jump > 0 && n.max_md_jump <= 1))
-      return "NSCC config: base_rtt > 0, eta > 0, 0 < gamma <= 1, 0 < max_md_jump <= 1";
+    // Written as "!(in range)" so that NaN fails; NaN or inf would reach the
+    // engine's window arithmetic from any program, not only mrcctl.
+    const auto finite_from = [](float v, float lo, bool open) { return std::isfinite(v) && (open ? v > lo : v >= lo); };
+    if (n.base_rtt == 0 || !finite_from(n.eta, 0, true) || !finite_from(n.fi, 0, false) ||
+        !finite_from(n.fi_scale, 0, false) || !(n.gamma > 0 && n.gamma <= 1) ||
+        !(n.max_md_jump > 0 && n.max_md_jump <= 1))
+      return "NSCC config: base_rtt > 0, eta > 0, fi >= 0, fi_scale >= 0 (all finite), 0 < gamma <= 1, "
+             "0 < max_md_jump <= 1";
   }
   if (it == st.ccs.end() && st.ccs.size() >= kMaxCcProfiles) {
     rs.err = ENOSPC;

@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
+#include <math.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -966,6 +967,24 @@ static int setup_cc(struct side *s)
 		report(rc != 0, what, "it went ONLINE");
 		if (rc == 0)
 			set_cc_state(s, MRC_CTL_PROFILE_OFFLINE);
+	}
+	/* Values NSCC cannot use are refused by the NIC itself, whatever the
+	 * program (mrcctl checks them too). */
+	for (int i = 0; i < 3; i++) {
+		static const char *const bad_what[] = { "fi NaN", "fi_scale -1", "eta inf" };
+		struct mrc_ctl_cc_nscc_cfg bad = nscc_cfg();
+
+		if (i == 0)
+			bad.fi = NAN;
+		else if (i == 1)
+			bad.fi_scale = -1;
+		else
+			bad.eta = INFINITY;
+		memset(&a, 0, sizeof(a));
+		a.cc_config = &bad;
+		snprintf(what, sizeof(what), "%s: NSCC configuration with %s is refused", s->name, bad_what[i]);
+		report(mrc_ctl_modify_cc_profile(s->mctx, CC_ID, &a, MRC_CTL_CC_PROFILE_CONFIG) != 0, what,
+		       "it was taken");
 	}
 	memset(&a, 0, sizeof(a));
 	a.profile_state = MRC_CTL_PROFILE_ONLINE;
