@@ -495,6 +495,9 @@ std::string build(const Options& o, Built& out) {
     if (wl.op == "write_imm" && wl.depth > o.rq_depth) return "--wl-depth: larger than --rq-depth";
   }
   if (o.stats_interval < 0 || o.duration < 0) return "--stats-interval/--duration: must not be negative";
+  // Rows come from the main loop, which wakes every 10 ms: a shorter period
+  // would print a row on every pass and never catch up with the clock.
+  if (o.stats_interval > 0 && o.stats_interval < 0.01) return "--stats-interval: 0 (no table) or at least 0.01 s";
 
   out.nic.mtu = o.mtu;
   out.nic.capture_dir = o.capture;

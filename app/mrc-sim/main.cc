@@ -1163,7 +1163,8 @@ int main(int argc, char** argv) {
       ->check(finite_range(0, kMaxUs))
       ->capture_default_str();
   app.add_option("--timeline", o.timeline, "write a per-interval CSV");
-  app.add_option("--timeline-interval-us", o.timeline_interval_us)
+  app.add_option("--timeline-interval-us", o.timeline_interval_us,
+                 "CSV row period, a whole number of --sample-us periods (rounded, at least one)")
       ->check(finite_range(1e-3, kMaxUs))
       ->capture_default_str();
   auto* pcap_opt = app.add_option("--pcap", o.pcap, "capture one link (--pcap-link) to this file");
