@@ -512,6 +512,15 @@ int main(int argc, char** argv) {
     auto sip = IpAddr::parse(o.src_ip), dip = IpAddr::parse(o.dst_ip);
     if (!sip || !dip) throw std::invalid_argument("--src-ip/--dst-ip: not an IPv4 or IPv6 address");
     if (sip->is_v4() != dip->is_v4()) throw std::invalid_argument("--src-ip and --dst-ip differ in family");
+    // Plane p adds p to each address's last byte (IP) or to the whole MAC: no
+    // plane may wrap into another address.
+    const uint32_t last_plane = o.planes ? o.planes - 1 : 0;
+    for (const auto& [name, ip] : {std::pair{"--src-ip", *sip}, std::pair{"--dst-ip", *dip}})
+      if (ip.bytes[15] + last_plane > 0xFF)
+        throw std::invalid_argument(fmt::format("{}: its last byte plus {} planes passes 255", name, o.planes));
+    for (const auto& [name, mac] : {std::pair{"--src-mac", *smac}, std::pair{"--dst-mac", *dmac}})
+      if (mac + last_plane > 0xFFFFFFFFFFFFull)
+        throw std::invalid_argument(fmt::format("{}: plus {} planes passes ff:ff:ff:ff:ff:ff", name, o.planes));
     EvFormat fmt = o.ev_format == "stev" ? EvFormat::stev : EvFormat::udp;
     if (fmt == EvFormat::stev && sip->is_v4())
       throw std::invalid_argument("--ev-format stev needs IPv6 addresses (the flow label)");

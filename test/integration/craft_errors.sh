@@ -49,4 +49,8 @@ mkfifo "$work/fifo"
 expect "--config: /dev/zero is not a regular file" --config /dev/zero
 expect "--config: $work/fifo is not a regular file" --config "$work/fifo"
 
+# Per-plane addresses that wrapped (plane 1 of 10.0.0.255 was 10.0.0.0).
+expect "--src-ip: its last byte plus 2 planes passes 255" --planes 2 --src-ip 10.0.0.255
+expect "--dst-mac: plus 4 planes passes" --planes 4 --dst-mac ff:ff:ff:ff:ff:fe
+
 finish
