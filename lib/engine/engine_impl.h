@@ -106,7 +106,11 @@ struct EvCold {
   Nanos probe_backoff = 0;
   uint32_t silent_probes = 0;  // sent since the EV last changed state or its plane came up
   uint64_t drops = 0;   // losses since the last GOOD<->ASSUMED_BAD event
-  bool swept = false;   // ASSUMED_BAD with its whole plane (plane_silent)
+  // Why it is ASSUMED_BAD, when a loss put it there: its own packet's, or
+  // its plane's streak (plane_silent). Only these give way to a packet
+  // that proves the loss wrong; a SACK's ALWAYS_SKIP or a port going down
+  // wait for a probe.
+  enum class OutBy : uint8_t { other, loss, sweep } out_by = OutBy::other;
   Counters<EvCtr> ctr;  // all but tx_pkts and acks, which are Ev's
 };
 
@@ -222,6 +226,10 @@ struct alignas(64) Qp {
   // packet sent on p since then shows the plane was only late.
   uint32_t swept_planes = 0;
   std::array<Nanos, kMaxPlanes> sweep_tip_sent_at{};
+  // The newest SACK's rcvd_bytes (serial, 24 bits): a SACK behind it was
+  // overtaken on the way back, so the order it meets the window in is not
+  // the order things reached the responder.
+  uint32_t sack_rcvd_newest = 0;
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;
@@ -491,7 +499,8 @@ struct Engine::Impl {
   // `sent_at`: when the lost packet was sent.
   void ev_lost(Qp& qp, uint16_t ev, Nanos sent_at, Nanos now);
   void ev_loss_disproved(Qp& qp, uint16_t ev, Nanos now);
-  void late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, Nanos now);
+  void late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, bool newest_sack, Nanos now);
+  bool plane_usable_for(const Qp& qp, uint32_t plane) const;
   void plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);

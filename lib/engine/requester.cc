@@ -307,7 +307,9 @@ void Engine::Impl::ack_one(Qp& qp, uint32_t psn, AckSample& s, Nanos now) {
   const uint32_t plane = qp.evs[t.ev].plane;  // the plane carries traffic
   qp.plane_losses[plane] = 0;
   qp.plane_acked_sent_at[plane] = std::max(qp.plane_acked_sent_at[plane], t.sent_at);
-  if (((qp.swept_planes >> plane) & 1) && t.sent_at >= qp.sweep_tip_sent_at[plane])
+  // Only a packet sent once says which plane delivered it: a resend's ACK
+  // may be for its first copy, on another plane.
+  if (((qp.swept_planes >> plane) & 1) && t.tx_count == 1 && t.sent_at >= qp.sweep_tip_sent_at[plane])
     plane_sweep_disproved(qp, plane, now);
   // Declared lost, still waiting to be resent, and sent only once: that one
   // copy has arrived after all.
@@ -417,19 +419,23 @@ void Engine::Impl::release_plane_charge(Qp& qp, TxPkt& t) {
   t.flags &= ~kPktPlaneCharged;
 }
 
-// A SACK's trigger names the EV it came on. For a packet whose loss took
-// its EV out of service, that proves the copy arrived when the EV named is
-// the lost copy's (perhaps a duplicate after the resend was acknowledged:
-// the responder answers a duplicate at once), or when it is the resend's,
-// the packet was acknowledged before that and no SACK named the resend yet:
-// the first copy got there first.
-void Engine::Impl::late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, Nanos now) {
+// A SACK's trigger names the EV it came on. For a packet whose loss was
+// blamed on its EV, that proves the copy arrived when the EV named is the
+// lost copy's (perhaps a duplicate after the resend was acknowledged: the
+// responder answers a duplicate at once), or when it is the resend's, the
+// packet was acknowledged before, by an older SACK, and no SACK named the
+// resend yet: the first copy got there first. An older SACK, as this one
+// may have been overtaken by a SACK that acknowledged the resend itself.
+// One EV value on two planes names neither copy.
+void Engine::Impl::late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, bool newest_sack, Nanos now) {
+  const uint32_t lost_value = qp.evs[t.lost_ev].value, resend_value = qp.evs[t.ev].value;
+  if (t.lost_ev != t.ev && lost_value == resend_value) return;
   bool arrived = false;
-  if (reflected_ev == qp.evs[t.lost_ev].value)
+  if (reflected_ev == lost_value)
     arrived = t.lost_ev != t.ev || t.tx_count == 1;
-  else if (reflected_ev == qp.evs[t.ev].value && t.tx_count == 2 && !(t.flags & kPktResendNamed))
-    arrived = (t.flags & kPktAcked) != 0;
-  if (reflected_ev == qp.evs[t.ev].value) t.flags |= kPktResendNamed;
+  else if (reflected_ev == resend_value && t.tx_count == 2 && !(t.flags & kPktResendNamed))
+    arrived = (t.flags & kPktAcked) && newest_sack;
+  if (reflected_ev == resend_value) t.flags |= kPktResendNamed;
   if (!arrived) return;
   t.flags &= ~kPktEvBlamed;
   ev_loss_disproved(qp, t.lost_ev, now);
@@ -494,15 +500,23 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   }
   // cack may trail snd_una (an old SACK) but must not name unsent PSNs.
   if (psn_ge(cack, qp.snd_nxt) && qp.snd_una != qp.snd_nxt) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
+  // Serial order of the responder's byte count: not behind any SACK seen.
+  const uint32_t rcvd = p.cc_state().rcvd_bytes();
+  const bool newest_sack = ((rcvd - qp.sack_rcvd_newest) & 0x800000) == 0;
+  if (newest_sack) qp.sack_rcvd_newest = rcvd;
+  const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
+  // Before the empty-window return: the duplicate that proves a first copy
+  // arrived often comes after the last ACK of a flight.
+  if (!s.probe_reply()) {
+    if (TxPkt* rec = sent_record(qp, trigger); rec && (rec->flags & kPktEvBlamed))
+      late_copy_evidence(qp, *rec, s.entropy(), newest_sack, now);
+  }
   if (qp.snd_una == qp.snd_nxt) return;
 
   AckSample smp;
   uint32_t high = cack;
   const bool tlp_reply = s.probe_reply() && qp.tlp_outstanding && answers_this_series(qp, s.ack_psn_offset());
   if (!s.probe_reply()) {
-    const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
-    if (TxPkt* rec = sent_record(qp, trigger); rec && (rec->flags & kPktEvBlamed))
-      late_copy_evidence(qp, *rec, s.entropy(), now);
     if (in_flight_range(qp, trigger)) {
       const TxPkt& t = qp.win[trigger & qp.win_mask];
       Ev& ev = qp.evs[t.ev];

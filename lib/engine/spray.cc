@@ -23,6 +23,7 @@ void Engine::Impl::build_evs(Qp& qp) {
   qp.plane_losses.fill(0);
   qp.plane_acked_sent_at.fill(0);
   qp.swept_planes = 0;
+  qp.sack_rcvd_newest = 0;
   const uint32_t planes = cfg.num_planes;
   std::vector<EvEntry> entries = qp.attr.ev.evs;
   if (cfg.transport == Transport::rocev2) {
@@ -191,7 +192,9 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
   qp.ev_cold[idx].ctr.inc(EvCtr::losses);
   ++qp.ev_cold[idx].drops;
   if (cfg.transport != Transport::mrc) return;
+  const bool in_service = ev.state == EvState::good || ev.state == EvState::skip;
   ev_mark(qp, idx, EvState::assumed_bad, now, false);
+  if (in_service && ev.state == EvState::assumed_bad) qp.ev_cold[idx].out_by = EvCold::OutBy::loss;
   // Losses in a row on one plane, each of a packet sent after the plane's
   // newest acknowledged one while another plane has delivered a later one:
   // this plane has gone silent, not the peer (a stalled peer answers on no
@@ -210,7 +213,7 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
     if (qp.evs[i].plane != plane || (st != EvState::good && st != EvState::skip)) continue;
     ev_mark(qp, i, EvState::assumed_bad, now, false);
     const bool out = qp.evs[i].state == EvState::assumed_bad;
-    qp.ev_cold[i].swept = out;
+    if (out) qp.ev_cold[i].out_by = EvCold::OutBy::sweep;
     marked |= out;
   }
   if (!marked) return;
@@ -221,35 +224,49 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
 
 // A packet declared lost on this EV has arrived: it was late, and the path
 // was delivering. Silence is the only evidence MRC takes against a path
-// (spec 1.6), so the EV goes back as a probe answered with SKIP_ONCE would
-// put it: it sits out one rotation, its queue being the deep one. Without
-// this, two CPUs' scheduling delays kept dozens of a memif plane's EVs
-// waiting for probes. Restoring only when the loss that took the EV out is
-// the one disproved did worse under 0.1 % random loss (0.826 of ideal
-// against 0.840, twenty seeds): an EV with a real loss that keeps
-// delivering is worth using.
+// (spec 1.6), so an EV a loss took out goes back as a probe answered with
+// SKIP_ONCE would put it: it sits out one rotation, its queue being the deep
+// one. Without this, two CPUs' scheduling delays kept dozens of a memif
+// plane's EVs waiting for probes. Any of its packets proven late will do,
+// not only the one that took it out: requiring that one did worse under
+// 0.1 % random loss (0.826 of ideal against 0.840, twenty seeds). A swept
+// plane waits for its own proof (plane_sweep_disproved): a packet sent before
+// the plane failed may well arrive late.
 void Engine::Impl::ev_loss_disproved(Qp& qp, uint16_t idx, Nanos now) {
   const Ev& ev = qp.evs[idx];
-  if (ev.state != EvState::assumed_bad || !plane_up[ev.plane]) return;
+  if (ev.state != EvState::assumed_bad || qp.ev_cold[idx].out_by != EvCold::OutBy::loss) return;
+  if (!plane_usable_for(qp, ev.plane) || ((qp.swept_planes >> ev.plane) & 1)) return;
   qp.ctr.inc(QpCtr::ev_loss_disproved);
   ev_mark(qp, idx, EvState::good, now, true);
   ev_skip(qp, idx);
 }
 
-// A packet sent on a swept plane no earlier than the last loss of its
-// streak was acknowledged: the plane was behind, not silent. A plane that
-// failed delivers nothing sent after its failure, so this never fires for
-// one. EVs taken out by their own losses wait for their own evidence.
+// A packet sent only on this swept plane, no earlier than the last loss of
+// its streak, was acknowledged: the plane was behind, not silent. A plane
+// that failed delivers nothing sent after its failure, so this does not
+// fire for one; a plane that loses most packets, not all, may swing in and
+// out, each swing costing a streak of losses. Every EV a loss took out
+// comes back with the plane, those the streak swept and those out for their
+// own losses, which were the streak's first.
 void Engine::Impl::plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now) {
   qp.swept_planes &= ~(1u << plane);
-  if (!plane_up[plane]) return;
+  if (!plane_usable_for(qp, plane)) return;
   bool restored = false;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
-    if (qp.evs[i].plane != plane || !qp.ev_cold[i].swept || qp.evs[i].state != EvState::assumed_bad) continue;
+    if (qp.evs[i].plane != plane || qp.evs[i].state != EvState::assumed_bad ||
+        qp.ev_cold[i].out_by == EvCold::OutBy::other)
+      continue;
     ev_mark(qp, i, EvState::good, now, true);
     restored = true;
   }
   if (restored) qp.ctr.inc(QpCtr::plane_silent_disproved);
+}
+
+// Up here and not reported down by the peer: EVs on a plane the peer
+// reported down stay ASSUMED_BAD, as their probes' answers are how the plane's
+// return is learnt if the peer's "up" is lost.
+bool Engine::Impl::plane_usable_for(const Qp& qp, uint32_t plane) const {
+  return plane_up[plane] && !((qp.peer_planes_down >> plane) & 1);
 }
 
 void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool force) {
@@ -283,7 +300,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   EvCold& cold = qp.ev_cold[idx];
   cold.ctr.inc(EvCtr::state_changes);
   cold.silent_probes = 0;
-  cold.swept = false;
+  cold.out_by = EvCold::OutBy::other;
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
     cold.probe_backoff = cfg.probe_interval;
