@@ -76,7 +76,7 @@ namespace mrc::engine {
   X(remote_errors, "QP moved to ERROR by a NAK from the responder")                       \
   X(ev_marked_bad, "EVs moved to ASSUMED_BAD")                                            \
   X(ev_recovered, "EVs moved back to GOOD by a probe")                                    \
-  X(ev_loss_disproved, "EVs back to GOOD: the packet whose loss took them out arrived")   \
+  X(ev_loss_disproved, "EVs back to GOOD: a packet of theirs declared lost arrived")      \
   X(peer_plane_up_by_probe, "planes the peer reported down, answering probes again")      \
   X(probes_parked, "EVs no longer probed by an idle QP (EngineConfig::idle_probe_limit)") \
   X(ev_min_active_kept, "EV failures ignored to keep ev_min_active EVs")                  \

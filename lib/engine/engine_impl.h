@@ -54,7 +54,7 @@ enum TxPktFlags : uint8_t {
   kPktRackResend = 1 << 3,    // last resent because RACK judged it lost (a needless one widens the window)
   kPktPlaneCharged = 1 << 4,  // a copy declared lost still counts in its plane's plane_inflight
   kPktEvBlamed = 1 << 5,      // the last loss verdict was blamed on EV lost_ev's path
-  kPktResendNamed = 1 << 6,   // since that verdict, a SACK has named the resend's EV
+  kPktResendNamed = 1 << 6,   // since that verdict, a SACK has named the EV of the copy sent last
 };
 struct TxPkt {
   Nanos sent_at = 0;
@@ -111,6 +111,7 @@ struct EvCold {
   // that proves the loss wrong; a SACK's ALWAYS_SKIP or a port going down
   // wait for a probe.
   enum class OutBy : uint8_t { other, loss, sweep } out_by = OutBy::other;
+  Nanos out_at = 0;     // when a loss took it out
   Counters<EvCtr> ctr;  // all but tx_pkts and acks, which are Ev's
 };
 
@@ -218,18 +219,19 @@ struct alignas(64) Qp {
   // Losses blamed on each plane's EVs since the plane last had a packet
   // acknowledged (see EngineConfig::plane_silent_losses).
   std::array<uint16_t, kMaxPlanes> plane_losses{};
+  // Bit p: plane p's EVs were swept out of service together, the streak of
+  // losses ending with a packet sent at sweep_tip_sent_at[p]. An ACK for a
+  // packet sent once on p since then shows the plane was only late.
+  uint32_t swept_planes = 0;
+  // The rcvd_bytes of the newest SACK (24-bit serial order; the responder's
+  // count of bytes placed). SACKs overtake one another on the way back: one
+  // not ahead of it may be older than what the window already learnt.
+  uint32_t sack_rcvd_newest = 0;
   // Per plane, the newest send time among acknowledged packets: a loss of
   // a packet sent before it says nothing against the plane.
   std::array<Nanos, kMaxPlanes> plane_acked_sent_at{};
-  // Bit p: plane p's EVs were swept out of service together, the streak of
-  // losses ending with a packet sent at sweep_tip_sent_at[p]. An ACK for a
-  // packet sent on p since then shows the plane was only late.
-  uint32_t swept_planes = 0;
   std::array<Nanos, kMaxPlanes> sweep_tip_sent_at{};
-  // The newest SACK's rcvd_bytes (serial, 24 bits): a SACK behind it was
-  // overtaken on the way back, so the order it meets the window in is not
-  // the order things reached the responder.
-  uint32_t sack_rcvd_newest = 0;
+  std::array<Nanos, kMaxPlanes> plane_streak_at{};  // when plane_losses last left 0
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;

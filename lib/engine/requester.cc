@@ -420,13 +420,14 @@ void Engine::Impl::release_plane_charge(Qp& qp, TxPkt& t) {
 }
 
 // A SACK's trigger names the EV it came on. For a packet whose loss was
-// blamed on its EV, that proves the copy arrived when the EV named is the
-// lost copy's (perhaps a duplicate after the resend was acknowledged: the
-// responder answers a duplicate at once), or when it is the resend's, the
-// packet was acknowledged before, by an older SACK, and no SACK named the
-// resend yet: the first copy got there first. An older SACK, as this one
-// may have been overtaken by a SACK that acknowledged the resend itself.
-// One EV value on two planes names neither copy.
+// blamed on its EV, that proves the lost copy arrived when the EV named is
+// the lost copy's (perhaps as a duplicate after its resend was
+// acknowledged: the responder answers a duplicate at once). When it is the
+// resend's, the copy before got there first if the PSN was already
+// acknowledged and no SACK had named the resend, provided this SACK is
+// ahead of every SACK seen (newest_sack): else the SACK that acknowledged
+// the PSN may have been a later one, for the resend itself. One EV value on
+// two planes names neither copy.
 void Engine::Impl::late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, bool newest_sack, Nanos now) {
   const uint32_t lost_value = qp.evs[t.lost_ev].value, resend_value = qp.evs[t.ev].value;
   if (t.lost_ev != t.ev && lost_value == resend_value) return;
@@ -500,9 +501,10 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   }
   // cack may trail snd_una (an old SACK) but must not name unsent PSNs.
   if (psn_ge(cack, qp.snd_nxt) && qp.snd_una != qp.snd_nxt) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);
-  // Serial order of the responder's byte count: not behind any SACK seen.
+  // Ahead of every SACK seen, by the responder's byte count. A tie proves
+  // no order: a duplicate's SACK repeats the count.
   const uint32_t rcvd = p.cc_state().rcvd_bytes();
-  const bool newest_sack = ((rcvd - qp.sack_rcvd_newest) & 0x800000) == 0;
+  const bool newest_sack = rcvd != qp.sack_rcvd_newest && ((rcvd - qp.sack_rcvd_newest) & 0x800000) == 0;
   if (newest_sack) qp.sack_rcvd_newest = rcvd;
   const uint32_t trigger = psn_add(cack, static_cast<int16_t>(s.ack_psn_offset()));
   // Before the empty-window return: the duplicate that proves a first copy

@@ -192,9 +192,13 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
   qp.ev_cold[idx].ctr.inc(EvCtr::losses);
   ++qp.ev_cold[idx].drops;
   if (cfg.transport != Transport::mrc) return;
-  const bool in_service = ev.state == EvState::good || ev.state == EvState::skip;
-  ev_mark(qp, idx, EvState::assumed_bad, now, false);
-  if (in_service && ev.state == EvState::assumed_bad) qp.ev_cold[idx].out_by = EvCold::OutBy::loss;
+  if (ev.state == EvState::good || ev.state == EvState::skip) {
+    ev_mark(qp, idx, EvState::assumed_bad, now, false);
+    if (ev.state == EvState::assumed_bad) {
+      qp.ev_cold[idx].out_by = EvCold::OutBy::loss;
+      qp.ev_cold[idx].out_at = now;
+    }
+  }
   // Losses in a row on one plane, each of a packet sent after the plane's
   // newest acknowledged one while another plane has delivered a later one:
   // this plane has gone silent, not the peer (a stalled peer answers on no
@@ -204,13 +208,18 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
   bool others_deliver = false;
   for (uint32_t p = 0; p < cfg.num_planes; ++p) others_deliver |= p != plane && qp.plane_acked_sent_at[p] > sent_at;
   if (!others_deliver) return;
-  if (++qp.plane_losses[plane] < cfg.plane_silent_losses) return;
+  if (++qp.plane_losses[plane] == 1) qp.plane_streak_at[plane] = now;
+  if (qp.plane_losses[plane] < cfg.plane_silent_losses) return;
   qp.plane_losses[plane] = 0;
   if (!(usable_planes(qp) & ~(1u << plane))) return;
   bool marked = false;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     const EvState st = qp.evs[i].state;
-    if (qp.evs[i].plane != plane || (st != EvState::good && st != EvState::skip)) continue;
+    if (qp.evs[i].plane != plane) continue;
+    EvCold& c = qp.ev_cold[i];
+    if (st == EvState::assumed_bad && c.out_by == EvCold::OutBy::loss && c.out_at >= qp.plane_streak_at[plane])
+      c.out_by = EvCold::OutBy::sweep;  // the streak's own first losses
+    if (st != EvState::good && st != EvState::skip) continue;
     ev_mark(qp, i, EvState::assumed_bad, now, false);
     const bool out = qp.evs[i].state == EvState::assumed_bad;
     if (out) qp.ev_cold[i].out_by = EvCold::OutBy::sweep;
@@ -229,9 +238,11 @@ void Engine::Impl::ev_lost(Qp& qp, uint16_t idx, Nanos sent_at, Nanos now) {
 // one. Without this, two CPUs' scheduling delays kept dozens of a memif
 // plane's EVs waiting for probes. Any of its packets proven late will do,
 // not only the one that took it out: requiring that one did worse under
-// 0.1 % random loss (0.826 of ideal against 0.840, twenty seeds). A swept
-// plane waits for its own proof (plane_sweep_disproved): a packet sent before
-// the plane failed may well arrive late.
+// 0.1 % random loss (0.826 of ideal against 0.840, twenty seeds). So a path
+// that failed after the packet was sent comes back too, once per such
+// packet, and is taken out again by its next loss. A swept plane waits for
+// its own proof (plane_sweep_disproved): when a whole plane fails, many of
+// its packets sent before the failure may arrive late.
 void Engine::Impl::ev_loss_disproved(Qp& qp, uint16_t idx, Nanos now) {
   const Ev& ev = qp.evs[idx];
   if (ev.state != EvState::assumed_bad || qp.ev_cold[idx].out_by != EvCold::OutBy::loss) return;
@@ -245,16 +256,16 @@ void Engine::Impl::ev_loss_disproved(Qp& qp, uint16_t idx, Nanos now) {
 // its streak, was acknowledged: the plane was behind, not silent. A plane
 // that failed delivers nothing sent after its failure, so this does not
 // fire for one; a plane that loses most packets, not all, may swing in and
-// out, each swing costing a streak of losses. Every EV a loss took out
-// comes back with the plane, those the streak swept and those out for their
-// own losses, which were the streak's first.
+// out, each swing costing a streak of losses. The EVs the streak took out
+// come back with the plane: those it swept and those its own losses took
+// out (relabelled at the sweep); not those out for a loss before it.
 void Engine::Impl::plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now) {
   qp.swept_planes &= ~(1u << plane);
   if (!plane_usable_for(qp, plane)) return;
   bool restored = false;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     if (qp.evs[i].plane != plane || qp.evs[i].state != EvState::assumed_bad ||
-        qp.ev_cold[i].out_by == EvCold::OutBy::other)
+        qp.ev_cold[i].out_by != EvCold::OutBy::sweep)
       continue;
     ev_mark(qp, i, EvState::good, now, true);
     restored = true;
@@ -272,7 +283,10 @@ bool Engine::Impl::plane_usable_for(const Qp& qp, uint32_t plane) const {
 void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool force) {
   Ev& ev = qp.evs[idx];
   const EvState from = ev.state;
-  if (from == to || (from == EvState::denied && to == EvState::assumed_bad)) return;
+  if (from == to || (from == EvState::denied && to == EvState::assumed_bad)) {
+    if (from == EvState::assumed_bad && to == from) qp.ev_cold[idx].out_by = EvCold::OutBy::other;  // a new cause
+    return;
+  }
   const bool leaving_service = to == EvState::assumed_bad || to == EvState::denied;
   auto& set = qp.active[ev.plane];
   auto& spare = qp.backups[ev.plane];

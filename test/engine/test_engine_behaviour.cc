@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -1994,5 +1996,169 @@ TEST_CASE("an EV value used on two planes does not bring back the dead plane's E
     d.run([](sim::TestNet& net) { net.uplink(0, 0).set_up(false); });
     for (const auto& ev : d.p->net.ev_events(0)) back += ev.to == EvState::good;  // plane 0's probes go unanswered
   }
+  CHECK(back == 0);
+}
+
+// Frames as the tests below watch them on a link.
+namespace {
+struct Parsed {
+  bool ok = false;
+  wire::Packet p;
+};
+Parsed parse(const std::vector<uint8_t>& f) {
+  Parsed r;
+  r.ok = wire::parse_frame(f, r.p) == wire::ParseError::ok;
+  return r;
+}
+uint32_t ev_of(const wire::Packet& p) { return wire::ev_decode(wire::EvFormat::udp, p); }
+}  // namespace
+
+// A SACK naming the resend, sent before a SACK for a duplicate (which places
+// no byte, so both carry the same rcvd_bytes), is overtaken by it: the
+// requester sees the PSN acknowledged, then the SACK naming the resend, "not
+// behind" the newest, and takes it for proof the dead first copy arrived.
+TEST_CASE("a SACK overtaken by a duplicate's SACK of equal rcvd_bytes does not bring back a dead EV") {
+  auto cfg = basic(Transport::mrc, 2);
+  cfg.engine_template.plane_silent_losses = 0;
+  cfg.engine_template.reorder_window = 1000;
+  cfg.engine_template.reorder_window_growth = 1;
+  QpAttr a;
+  a.cc.algo = CcAlgo::none;
+  a.cc.fixed_window_bytes = 32 * 1024;
+  Pair p(cfg, a);
+  sim::TestNet& net = p.net;
+  uint32_t dead = 0, x = 0, resend_ev = 0;
+  bool have_dead = false, injected = false, held = false;
+  std::vector<uint8_t> stash;  // the SACK held back until the next one has passed
+  std::vector<uint8_t> dup;    // an early data frame on plane 1, already delivered
+  for (uint32_t pl = 0; pl < 2; ++pl) {
+    net.uplink(0, pl).set_sink([&, pl](std::vector<uint8_t> f, uint64_t, uint32_t w) {
+      Parsed r = parse(f);
+      if (r.ok && r.p.at.payload_len && pl == 0 && !have_dead && net.now() > 3000 && !r.p.bth().rtx()) {
+        have_dead = true;
+        dead = ev_of(r.p);
+        x = r.p.bth().psn();
+      }
+      if (r.ok && have_dead && pl == 0 && ev_of(r.p) == dead) return;  // the dead path: data and probes
+      if (r.ok && r.p.at.payload_len && pl == 1 && dup.empty()) dup = f;
+      const bool resend_of_x = r.ok && r.p.at.payload_len && have_dead && r.p.bth().psn() == x && r.p.bth().rtx();
+      net.downlink(1, pl).send(std::move(f), 0, w);
+      if (resend_of_x && !injected && pl == 1 && !dup.empty()) {
+        injected = true;
+        resend_ev = ev_of(r.p);
+        net.downlink(1, pl).send(dup, 0, 0);  // a duplicate right behind it: no byte placed
+      }
+    });
+    net.uplink(1, pl).set_sink([&, pl](std::vector<uint8_t> f, uint64_t, uint32_t w) {
+      Parsed r = parse(f);
+      if (r.ok && injected && !held && (r.p.at.flags & wire::kOpSeth) && !r.p.seth().probe_reply()) {
+        const auto s = r.p.seth();
+        const uint32_t trig = wire::psn_add(s.cack_psn(), static_cast<int16_t>(s.ack_psn_offset()));
+        if (trig == x && s.entropy() == resend_ev) {  // the SACK naming the resend: held back
+          held = true;
+          stash = std::move(f);
+          return;
+        }
+      }
+      net.downlink(0, pl).send(std::move(f), 0, w);
+      if (!stash.empty()) net.downlink(0, pl).send(std::exchange(stash, {}), 0, 0);  // overtaken by one SACK
+    });
+  }
+  for (uint64_t i = 0; i < 64; ++i) REQUIRE(net.post_send(0, p.qp.qpn_a, p.write(i, 1000, i * 1000)) == 0);
+  net.run_until_idle(20'000'000);
+  REQUIRE(net.completions(0).size() == 64);
+  REQUIRE(injected);
+  REQUIRE(held);
+  uint64_t back = 0;
+  for (const auto& e : net.ev_events(0)) back += e.ev == dead && e.to == EvState::good;
+  INFO("dead EV " << dead << " x " << x << " disproved " << p.info(0).ctr[QpCtr::ev_loss_disproved]);
+  CHECK(back == 0);  // its probes are never answered
+}
+
+// The controller takes out EVs the engine has already taken out for a loss
+// (set_ev_state ASSUMED_BAD: the same state, so ev_mark returns before
+// out_by is reset). A late packet must not undo the controller's decision;
+// only a probe may (and probes here are 10 ms apart, past the run).
+TEST_CASE("an EV the controller marked ASSUMED_BAD stays out though a late packet of it arrives") {
+  auto cfg = basic(Transport::mrc, 2);
+  cfg.engine_template.plane_silent_losses = 0;
+  cfg.engine_template.reorder_window = 1000;
+  cfg.engine_template.reorder_window_growth = 1;
+  cfg.engine_template.probe_interval = 10'000'000;
+  cfg.engine_template.probe_interval_max = 10'000'000;
+  QpAttr a;
+  a.cc.algo = CcAlgo::none;
+  a.cc.fixed_window_bytes = 256 * 1024;
+  Pair p(cfg, a);
+  sim::TestNet& net = p.net;
+  for (uint32_t i = 0; i < 16; ++i)
+    REQUIRE(net.engine(0).post_send(p.qp.qpn_a, p.write(i, 64 * 1024, i * 64 * 1024)) == 0);
+  net.poll(0);
+  sim::LinkParams slow = cfg.link;
+  slow.delay_ns = 15'000;
+  net.uplink(0, 1).set_params(slow);
+  std::map<uint32_t, Nanos> marked;  // EV value -> when the controller marked it
+  std::function<void()> controller = [&] {
+    const auto evs = net.engine(0).ev_info(p.qp.qpn_a);
+    for (uint32_t i = 0; i < evs.size(); ++i) {
+      if (evs[i].state != EvState::assumed_bad || marked.count(evs[i].value)) continue;
+      REQUIRE(net.engine(0).set_ev_state(p.qp.qpn_a, i, EvState::assumed_bad, net.now()));
+      marked[evs[i].value] = net.now();
+    }
+    net.poll(0);
+    if (net.now() < 2'000'000) net.at(net.now() + 200, controller);
+  };
+  net.at(net.now() + 200, controller);
+  net.run_until_idle(5'000'000);
+  REQUIRE(net.completions(0).size() == 16);
+  REQUIRE(!marked.empty());
+  uint64_t back = 0;
+  for (const auto& e : net.ev_events(0)) back += e.to == EvState::good && marked.count(e.ev) && e.t > marked[e.ev];
+  INFO(marked.size() << " EVs marked by the controller; disproved " << p.info(0).ctr[QpCtr::ev_loss_disproved]);
+  CHECK(back == 0);
+}
+
+// One EV of plane 1 is dead from the start: its loss takes it out (out_by
+// loss) and its probes go unanswered. Later plane 1 as a whole falls 14 us
+// behind, is swept, and proves only late: plane_sweep_disproved brings back
+// every EV out for a loss, the dead one too, though its loss was no part of
+// the streak.
+TEST_CASE("a swept plane that comes back does not bring back an EV that failed before the streak") {
+  uint64_t back = 0, disproved = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    auto cfg = basic(Transport::mrc, 2);
+    cfg.seed = seed;
+    cfg.engine_template.plane_silent_losses = 8;
+    cfg.engine_template.reorder_window = 1000;
+    cfg.engine_template.reorder_window_growth = 1;
+    QpAttr a;
+    a.cc.algo = CcAlgo::none;
+    a.cc.fixed_window_bytes = 256 * 1024;
+    Pair p(cfg, a);
+    sim::TestNet& net = p.net;
+    uint32_t dead = 0;
+    bool have_dead = false;
+    net.uplink(0, 1).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t w) {
+      Parsed r = parse(f);
+      if (r.ok && !have_dead && r.p.at.payload_len) have_dead = true, dead = ev_of(r.p);
+      if (r.ok && have_dead && ev_of(r.p) == dead) return;  // a dead path: data and probes
+      net.downlink(1, 1).send(std::move(f), 0, w);
+    });
+    for (uint32_t i = 0; i < 16; ++i)
+      REQUIRE(net.engine(0).post_send(p.qp.qpn_a, p.write(i, 64 * 1024, i * 64 * 1024)) == 0);
+    net.poll(0);
+    net.at(net.now() + 30'000, [&net, &cfg] {  // the dead EV is out by now; then plane 1 falls behind
+      sim::LinkParams slow = cfg.link;
+      slow.delay_ns = 15'000;
+      net.uplink(0, 1).set_params(slow);
+    });
+    net.run_until_idle(50'000'000);
+    REQUIRE(net.completions(0).size() == 16);
+    REQUIRE(have_dead);
+    for (const auto& e : net.ev_events(0)) back += e.ev == dead && e.to == EvState::good;
+    disproved += p.info(0).ctr[QpCtr::plane_silent_disproved];
+  }
+  INFO(disproved << " sweeps disproved");
+  REQUIRE(disproved > 0);
   CHECK(back == 0);
 }
