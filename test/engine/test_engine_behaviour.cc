@@ -1925,19 +1925,28 @@ TEST_CASE("a packet declared lost that arrives puts its EV back at once, and its
 // value on two planes (46 in 10). No probe on the dead plane is ever
 // answered, so any of its EVs going back to GOOD is one of these.
 namespace {
-struct DeadPath {
-  std::unique_ptr<Pair> p;
-  DeadPath(uint32_t planes, uint64_t seed, uint32_t silent_losses, const std::vector<EvEntry>& evs = {}) {
-    auto cfg = basic(Transport::mrc, planes);
+// Verdicts on lateness with nothing else moving: a reorder window of 1 us
+// kept as it is, and a fixed send window instead of congestion control.
+struct LateVerdicts {
+  sim::TestNet::Config cfg;
+  QpAttr attr;
+  LateVerdicts(uint32_t planes, uint32_t silent_losses, uint32_t window_bytes, uint64_t seed = 1)
+      : cfg(basic(Transport::mrc, planes)) {
     cfg.seed = seed;
     cfg.engine_template.plane_silent_losses = silent_losses;
     cfg.engine_template.reorder_window = 1000;
     cfg.engine_template.reorder_window_growth = 1;
-    QpAttr a;
-    a.cc.algo = CcAlgo::none;
-    a.cc.fixed_window_bytes = 64 * 1024;
-    a.ev.evs = evs;
-    p = std::make_unique<Pair>(cfg, a);
+    attr.cc.algo = CcAlgo::none;
+    attr.cc.fixed_window_bytes = window_bytes;
+  }
+};
+
+struct DeadPath {
+  std::unique_ptr<Pair> p;
+  DeadPath(uint32_t planes, uint64_t seed, uint32_t silent_losses, const std::vector<EvEntry>& evs = {}) {
+    LateVerdicts v(planes, silent_losses, 64 * 1024, seed);
+    v.attr.ev.evs = evs;
+    p = std::make_unique<Pair>(v.cfg, v.attr);
   }
   // Posts 16 writes, fails the path 5 us in, runs to the end.
   template <class Fail>
@@ -2018,14 +2027,8 @@ uint32_t ev_of(const wire::Packet& p) { return wire::ev_decode(wire::EvFormat::u
 // requester sees the PSN acknowledged, then the SACK naming the resend, "not
 // behind" the newest, and takes it for proof the dead first copy arrived.
 TEST_CASE("a SACK overtaken by a duplicate's SACK of equal rcvd_bytes does not bring back a dead EV") {
-  auto cfg = basic(Transport::mrc, 2);
-  cfg.engine_template.plane_silent_losses = 0;
-  cfg.engine_template.reorder_window = 1000;
-  cfg.engine_template.reorder_window_growth = 1;
-  QpAttr a;
-  a.cc.algo = CcAlgo::none;
-  a.cc.fixed_window_bytes = 32 * 1024;
-  Pair p(cfg, a);
+  LateVerdicts v(2, 0, 32 * 1024);
+  Pair p(v.cfg, v.attr);
   sim::TestNet& net = p.net;
   uint32_t dead = 0, x = 0, resend_ev = 0;
   bool have_dead = false, injected = false, held = false;
@@ -2080,16 +2083,11 @@ TEST_CASE("a SACK overtaken by a duplicate's SACK of equal rcvd_bytes does not b
 // out_by is reset). A late packet must not undo the controller's decision;
 // only a probe may (and probes here are 10 ms apart, past the run).
 TEST_CASE("an EV the controller marked ASSUMED_BAD stays out though a late packet of it arrives") {
-  auto cfg = basic(Transport::mrc, 2);
-  cfg.engine_template.plane_silent_losses = 0;
-  cfg.engine_template.reorder_window = 1000;
-  cfg.engine_template.reorder_window_growth = 1;
+  LateVerdicts v(2, 0, 256 * 1024);
+  auto& cfg = v.cfg;
   cfg.engine_template.probe_interval = 10'000'000;
   cfg.engine_template.probe_interval_max = 10'000'000;
-  QpAttr a;
-  a.cc.algo = CcAlgo::none;
-  a.cc.fixed_window_bytes = 256 * 1024;
-  Pair p(cfg, a);
+  Pair p(cfg, v.attr);
   sim::TestNet& net = p.net;
   for (uint32_t i = 0; i < 16; ++i)
     REQUIRE(net.engine(0).post_send(p.qp.qpn_a, p.write(i, 64 * 1024, i * 64 * 1024)) == 0);
@@ -2126,15 +2124,9 @@ TEST_CASE("an EV the controller marked ASSUMED_BAD stays out though a late packe
 TEST_CASE("a swept plane that comes back does not bring back an EV that failed before the streak") {
   uint64_t back = 0, disproved = 0;
   for (uint64_t seed = 1; seed <= 20; ++seed) {
-    auto cfg = basic(Transport::mrc, 2);
-    cfg.seed = seed;
-    cfg.engine_template.plane_silent_losses = 8;
-    cfg.engine_template.reorder_window = 1000;
-    cfg.engine_template.reorder_window_growth = 1;
-    QpAttr a;
-    a.cc.algo = CcAlgo::none;
-    a.cc.fixed_window_bytes = 256 * 1024;
-    Pair p(cfg, a);
+    LateVerdicts v(2, 8, 256 * 1024, seed);
+    auto& cfg = v.cfg;
+    Pair p(cfg, v.attr);
     sim::TestNet& net = p.net;
     uint32_t dead = 0;
     bool have_dead = false;
