@@ -521,19 +521,24 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   if (!s.probe_reply()) {
     if (in_flight_range(qp, trigger)) {
       const TxPkt& t = qp.win[trigger & qp.win_mask];
-      Ev& ev = qp.evs[t.ev];
+      // The marks are for the path the trigger came on: a late first copy's
+      // when the SACK names its EV, not the resend's.
+      const uint16_t via = t.tx_count > 1 && s.entropy() != qp.evs[t.ev].value && s.entropy() == qp.evs[t.lost_ev].value
+                               ? t.lost_ev
+                               : t.ev;
+      Ev& ev = qp.evs[via];
       ++ev.acks;
       if (!(t.flags & kPktAcked) && t.tx_count == 1) {  // Karn: no samples from retransmissions
         smp.rtt_ns = now - t.sent_at;
         update_rtt(qp, smp.rtt_ns);
       }
       if (mark != SkipMark::none) {
-        qp.ev_cold[t.ev].ctr.inc(EvCtr::ecn_marks);
+        qp.ev_cold[via].ctr.inc(EvCtr::ecn_marks);
         smp.ecn = true;
         if (mark == SkipMark::always_skip)
-          ev_mark(qp, t.ev, EvState::assumed_bad, now, false);
+          ev_mark(qp, via, EvState::assumed_bad, now, false);
         else
-          ev_skip(qp, t.ev);
+          ev_skip(qp, via);
       }
     }
   }

@@ -2154,3 +2154,31 @@ TEST_CASE("a swept plane that comes back does not bring back an EV that failed b
   REQUIRE(disproved > 0);
   CHECK(back == 0);
 }
+
+// Plane 1 falls behind and marks CE on everything it queues; plane 0 marks
+// nothing. Late first copies on plane 1 arrive after their resends on plane
+// 0, and the SACKs they trigger carry their CE mark and name their EV. The
+// mark (and the skip) belong to that EV: put on the resend's, they steered
+// traffic off a plane-0 path that never saw congestion.
+TEST_CASE("a SACK's congestion mark goes on the EV it names, a late first copy's, not the resend's") {
+  LateVerdicts v(2, 0, 256 * 1024);
+  Pair p(v.cfg, v.attr);
+  for (uint32_t i = 0; i < 16; ++i)
+    REQUIRE(p.net.engine(0).post_send(p.qp.qpn_a, p.write(i, 64 * 1024, i * 64 * 1024)) == 0);
+  p.net.poll(0);
+  sim::LinkParams late = v.cfg.link;
+  late.delay_ns = 15'000;
+  late.ecn_min_bytes = 0;
+  late.ecn_max_bytes = 1;  // CE on every frame that finds the queue busy
+  p.net.uplink(0, 1).set_params(late);
+  p.net.run_until_idle(1'000'000'000);
+  REQUIRE(p.net.completions(0).size() == 16);
+  uint64_t marks[2] = {0, 0};
+  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) marks[e.plane] += e.ctr[EvCtr::ecn_marks];
+  const QpInfo qi = p.info(0);
+  INFO("ECN marks on plane 0's EVs " << marks[0] << ", plane 1's " << marks[1] << "; " << qi.ctr[QpCtr::tx_retransmits]
+                                     << " resends");
+  REQUIRE(qi.ctr[QpCtr::tx_retransmits] > 0);  // late copies were resent on plane 0
+  CHECK(marks[1] > 0);
+  CHECK(marks[0] == 0);
+}
