@@ -79,6 +79,7 @@ struct Options {
   std::string fail_link;    // host:PLANE:HOST or fabric:PLANE:INDEX
   std::string fail_switch;  // leaf:PLANE:INDEX or spine:PLANE:INDEX
   double fail_at_us = -1, restore_at_us = -1, flap_period_us = 0;
+  double fail_loss = 0;  // > 0: a gray failure, the target's links lose this share instead of going down
   bool port_status = false;
   // Run and output.
   double duration_us = 1e6;
@@ -208,6 +209,7 @@ class Sim {
   uint32_t slots() const { return std::max(o_.outstanding, 1u); }
   void sample();
   void schedule_failures();
+  sim::Fabric::Target fail_target(std::vector<uint32_t>& ports) const;
   void apply_failure(bool up);
   std::optional<double> recovery_us() const;
   sim::Link* captured_link(std::string& err);
@@ -488,40 +490,41 @@ void Sim::sample() {
   net_->at(net_->now() + step, [this] { sample(); });
 }
 
+// The options' failure target, and the hosts whose own port it takes down.
+sim::Fabric::Target Sim::fail_target(std::vector<uint32_t>& ports) const {
+  using Kind = sim::Fabric::Target::Kind;
+  if (o_.fail_plane >= 0) {
+    for (uint32_t h = 0; h < o_.hosts; ++h) ports.push_back(h);
+    return {Kind::plane, uint32_t(o_.fail_plane), 0};
+  }
+  FailTarget t;
+  parse_fail_target(o_.fail_link.empty() ? o_.fail_switch : o_.fail_link, t);  // checked in main()
+  if (t.kind == "host") {
+    ports.push_back(t.index);
+    return {Kind::host_link, t.plane, t.index};
+  }
+  if (t.kind == "leaf") {
+    for (uint32_t h = t.index * o_.hosts_per_leaf; h < std::min(o_.hosts, (t.index + 1) * o_.hosts_per_leaf); ++h)
+      ports.push_back(h);
+    return {Kind::leaf, t.plane, t.index};
+  }
+  return {t.kind == "fabric" ? Kind::fabric_link : Kind::spine, t.plane, t.index};
+}
+
 void Sim::apply_failure(bool up) {
   const Nanos now = net_->now();
-  std::vector<uint32_t> told;  // hosts whose own port changed
-  uint32_t plane = 0;
-  if (o_.fail_plane >= 0) {
-    plane = static_cast<uint32_t>(o_.fail_plane);
-    net_->set_plane_up(plane, up);
-    for (uint32_t h = 0; h < o_.hosts; ++h) told.push_back(h);
-  } else if (!o_.fail_link.empty()) {
-    FailTarget t;
-    parse_fail_target(o_.fail_link, t);  // checked in main()
-    plane = t.plane;
-    if (t.kind == "host") {
-      net_->set_host_link_up(t.index, plane, up);
-      told.push_back(t.index);
-    } else {
-      net_->set_fabric_link_up(plane, t.index, up);
-    }
-  } else if (!o_.fail_switch.empty()) {
-    FailTarget t;
-    parse_fail_target(o_.fail_switch, t);
-    plane = t.plane;
-    if (t.kind == "leaf") {
-      net_->set_leaf_up(plane, t.index, up);
-      for (uint32_t h = t.index * o_.hosts_per_leaf; h < std::min(o_.hosts, (t.index + 1) * o_.hosts_per_leaf); ++h)
-        told.push_back(h);
-    } else {
-      net_->set_spine_up(plane, t.index, up);
-    }
+  std::vector<uint32_t> ports;
+  const sim::Fabric::Target target = fail_target(ports);
+  if (o_.fail_loss > 0) {
+    // Gray: every port stays up, so nothing is told (main() refuses --port-status).
+    net_->set_gray_loss(target, up ? 0 : o_.fail_loss);
+    return;
   }
+  net_->set_up(target, up);
   if (!o_.port_status) return;
   // The NICs whose port went down (or up) learn it at once and tell their peers.
-  for (uint32_t h : told) {
-    net_->engine(h).set_plane_up(plane, up, now);
+  for (uint32_t h : ports) {
+    net_->engine(h).set_plane_up(target.plane, up, now);
     net_->engine(h).send_port_status(now);
     net_->poll(h);
   }
@@ -863,6 +866,8 @@ int Sim::run() {
                  error_completions_, st.qp_errors, order_failures_, integrity_failures_, ledger_.misplaced(),
                  imm_missing, completed_msgs, uint64_t(qps_.size()) * o_.messages));
   kv("failure_at_us", fail_ns_ == kNever ? "null" : json_num(double(fail_ns_ - kStart) / 1000.0));
+  // A gray failure's loss per link of its target; null when the target went down.
+  kv("failure_loss", fail_ns_ != kNever && o_.fail_loss > 0 ? fmt::format("{}", o_.fail_loss) : "null");
   kv("recovery_us", rec ? json_num(*rec) : "null");
   kv("ev_transitions",
      fmt::format("{{\"good_to_assumed_bad\":{},\"assumed_bad_to_good\":{}}}", st.ev_to_bad, st.ev_to_good));
@@ -996,8 +1001,10 @@ std::string check_options(const Options& o) {
       return err;
   if (targets == 1 && !failing) return "--fail-at-us: needed with --fail-plane, --fail-link or --fail-switch";
   if (targets == 0 && failing) return "--fail-at-us: needs --fail-plane, --fail-link or --fail-switch";
-  if (targets == 0 && (o.restore_at_us >= 0 || o.flap_period_us > 0))
-    return "--restore-at-us, --flap-period-us: need a failure (--fail-at-us and a target)";
+  if (targets == 0 && (o.restore_at_us >= 0 || o.flap_period_us > 0 || o.fail_loss > 0))
+    return "--restore-at-us, --flap-period-us, --fail-loss: need a failure (--fail-at-us and a target)";
+  if (o.fail_loss > 0 && o.port_status)
+    return "--port-status: a gray failure (--fail-loss) takes no port down, so there is no status to send";
   if (!failing) return "";
   if (o.fail_at_us >= o.duration_us)
     return fmt::format("--fail-at-us: {} is not before --duration-us {}: the failure would never happen", o.fail_at_us,
@@ -1149,6 +1156,10 @@ int main(int argc, char** argv) {
   app.add_option("--restore-at-us", o.restore_at_us, "restore time after the start")->check(finite_range(0, kMaxUs));
   app.add_option("--flap-period-us", o.flap_period_us, "toggle every half period from the failure on (0: no flapping)")
       ->check(finite_range(0, kMaxUs))
+      ->capture_default_str();
+  app.add_option("--fail-loss", o.fail_loss,
+                 "a gray failure: the target's links stay up and lose this share of frames (0: they go down)")
+      ->check(finite_range(0, 1))
       ->capture_default_str();
   app.add_option("--port-status", o.port_status, "affected NICs see the port change and send port status")
       ->capture_default_str();

@@ -493,28 +493,61 @@ void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64
 // The NIC is not told (a port status update is the caller's business), so
 // its port stays up and keeps sending at line rate into the dead link: a
 // failed plane must not drain faster than a live one, or it looks free.
-void Fabric::set_host_link_up(uint32_t h, uint32_t p, bool up) {
-  uplink(h, p).set_blackhole(!up);
-  downlink(h, p).set_up(up);
+template <class Fn>
+void Fabric::for_each_link(const Target& t, Fn&& fn) {
+  const uint32_t p = t.plane;
+  if (p >= cfg_.planes) throw std::out_of_range("fabric: no such plane");
+  const auto host = [&](uint32_t h) {
+    fn(uplink(h, p), cfg_.host_link, true);
+    fn(downlink(h, p), cfg_.host_link, false);
+  };
+  const auto pair = [&](uint32_t index) {
+    fn(*to_spine_.at(p * leaves_ * spines_ + index), cfg_.fabric_link, false);
+    fn(*to_leaf_.at(p * leaves_ * spines_ + index), cfg_.fabric_link, false);
+  };
+  const auto leaf = [&](uint32_t l) {
+    for (uint32_t h = l * cfg_.hosts_per_leaf; h < std::min(cfg_.hosts, (l + 1) * cfg_.hosts_per_leaf); ++h) host(h);
+    for (uint32_t s = 0; s < spines_; ++s) pair(l * spines_ + s);
+  };
+  switch (t.kind) {
+    case Target::Kind::host_link:
+      if (t.index >= cfg_.hosts) throw std::out_of_range("fabric: no such host");
+      host(t.index);
+      break;
+    case Target::Kind::fabric_link:
+      if (t.index >= leaves_ * spines_) throw std::out_of_range("fabric: no such leaf-spine link");
+      pair(t.index);
+      break;
+    case Target::Kind::leaf:
+      if (t.index >= leaves_) throw std::out_of_range("fabric: no such leaf");
+      leaf(t.index);
+      break;
+    case Target::Kind::spine:
+      if (t.index >= spines_) throw std::out_of_range("fabric: no such spine");
+      for (uint32_t l = 0; l < leaves_; ++l) pair(l * spines_ + t.index);
+      break;
+    case Target::Kind::plane:
+      for (uint32_t l = 0; l < leaves_; ++l) leaf(l);
+      break;
+  }
 }
 
-void Fabric::set_fabric_link_up(uint32_t p, uint32_t index, bool up) {
-  to_spine_.at(p * leaves_ * spines_ + index)->set_up(up);
-  to_leaf_.at(p * leaves_ * spines_ + index)->set_up(up);
+void Fabric::set_up(const Target& t, bool up) {
+  for_each_link(t, [up](Link& link, const LinkParams&, bool host_uplink) {
+    if (host_uplink)
+      link.set_blackhole(!up);
+    else
+      link.set_up(up);
+  });
 }
 
-void Fabric::set_leaf_up(uint32_t p, uint32_t l, bool up) {
-  for (uint32_t h = l * cfg_.hosts_per_leaf; h < std::min(cfg_.hosts, (l + 1) * cfg_.hosts_per_leaf); ++h)
-    set_host_link_up(h, p, up);
-  for (uint32_t s = 0; s < spines_; ++s) set_fabric_link_up(p, l * spines_ + s, up);
-}
-
-void Fabric::set_spine_up(uint32_t p, uint32_t s, bool up) {
-  for (uint32_t l = 0; l < leaves_; ++l) set_fabric_link_up(p, l * spines_ + s, up);
-}
-
-void Fabric::set_plane_up(uint32_t p, bool up) {
-  for (uint32_t l = 0; l < leaves_; ++l) set_leaf_up(p, l, up);
+void Fabric::set_gray_loss(const Target& t, double loss) {
+  if (!(loss >= 0 && loss <= 1)) throw std::invalid_argument("fabric: gray loss must be in [0, 1]");
+  for_each_link(t, [loss](Link& link, const LinkParams& built, bool) {
+    LinkParams lp = link.params();
+    lp.loss = loss == 0 ? built.loss : 1 - (1 - built.loss) * (1 - loss);
+    link.set_params(lp);
+  });
 }
 
 Fabric::QpPair Fabric::connect_qp_pair(uint32_t h_a, uint32_t h_b, const engine::QpAttr& base, uint32_t pd_a,

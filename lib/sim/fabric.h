@@ -100,12 +100,24 @@ class Fabric {
   const std::vector<std::unique_ptr<Link>>& uplinks() const { return uplinks_; }
   const std::vector<std::unique_ptr<Link>>& downlinks() const { return downlinks_; }
 
-  // Failures, silent: the engines are not told.
-  void set_host_link_up(uint32_t h, uint32_t p, bool up);
-  void set_fabric_link_up(uint32_t p, uint32_t index, bool up);  // index = l * spines + s
-  void set_leaf_up(uint32_t p, uint32_t l, bool up);
-  void set_spine_up(uint32_t p, uint32_t s, bool up);
-  void set_plane_up(uint32_t p, bool up);
+  // What a failure strikes: a host's link to its leaf (index = host), a
+  // leaf-spine link (index = l * spines + s), a leaf, a spine, or a whole
+  // plane (index unused); both directions of every link it covers.
+  struct Target {
+    enum class Kind : uint8_t { host_link, fabric_link, leaf, spine, plane };
+    Kind kind = Kind::plane;
+    uint32_t plane = 0;
+    uint32_t index = 0;
+  };
+  // Failures, silent: the engines are not told. A host link's uplink turns
+  // into a black hole rather than going down: the host's port stays up.
+  // Throws std::out_of_range for a target the fabric does not have.
+  void set_up(const Target& t, bool up);
+  void set_plane_up(uint32_t p, bool up) { set_up({Target::Kind::plane, p, 0}, up); }
+  // A gray failure: the target's links stay up and lose `loss` of their
+  // frames, a chance independent of the loss they were built with; 0 gives
+  // them back that loss alone. Applies to frames sent from now on.
+  void set_gray_loss(const Target& t, double loss);
 
   // The control loop: events scheduled with at(). With one partition it
   // also runs the network; with more, run through run_until*() below.
@@ -161,6 +173,9 @@ class Fabric {
   // Link::SinkHint functions: load the next hop of a tagged frame.
   static void prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag, std::span<const uint8_t>,
                                 unsigned stage);
+  // Calls fn(link, params it was built with, is_host_uplink) for every link t covers.
+  template <class Fn>
+  void for_each_link(const Target& t, Fn&& fn);
   static void prefetch_spine_hop(const void* fabric, uint32_t p, uint32_t s, uint64_t tag, std::span<const uint8_t>,
                                  unsigned stage);
   uint32_t partition_of_leaf(uint32_t l) const { return static_cast<uint32_t>(uint64_t(l) * parts_.size() / leaves_); }

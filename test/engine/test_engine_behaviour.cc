@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstring>
 #include <functional>
@@ -1406,8 +1407,8 @@ TEST_CASE("a fabric cut into partitions runs the same on one thread as on two, a
     CHECK(fab.partition_of_host(0) == 0);
     CHECK(fab.partition_of_host(7) == 2);
     ShiftedWrites writes(fab, cfg.hosts, 256 * 1024);
-    fab.at(6'000, [&] { fab.set_spine_up(0, 3, false); });
-    fab.at(12'000, [&] { fab.set_spine_up(0, 3, true); });
+    fab.at(6'000, [&] { fab.set_up({sim::Fabric::Target::Kind::spine, 0, 3}, false); });
+    fab.at(12'000, [&] { fab.set_up({sim::Fabric::Target::Kind::spine, 0, 3}, true); });
     writes.finish();
     Run r;
     r.done = fab.now();
@@ -2181,4 +2182,58 @@ TEST_CASE("a SACK's congestion mark goes on the EV it names, a late first copy's
   REQUIRE(qi.ctr[QpCtr::tx_retransmits] > 0);  // late copies were resent on plane 0
   CHECK(marks[1] > 0);
   CHECK(marks[0] == 0);
+}
+
+TEST_CASE("A gray failure sets its loss on exactly the links its target covers, and healing gives back their own") {
+  using Kind = sim::Fabric::Target::Kind;
+  sim::Fabric::Config cfg = ShiftedWrites::fabric();  // 8 hosts, 4 leaves, 4 spines, 2 planes
+  cfg.host_link.loss = 0.01;                          // built with: host links only
+  sim::Fabric fab(cfg);
+  const uint32_t hosts = cfg.hosts, pairs = fab.leaves() * fab.spines();
+  struct Seen {
+    uint32_t plane;
+    double loss;
+  };
+  // Every link (uplinks, downlinks, leaf-spine, spine-leaf) with its plane.
+  auto links = [&] {
+    std::vector<Seen> out;
+    for (const auto* v : {&fab.uplinks(), &fab.downlinks()})
+      for (size_t i = 0; i < v->size(); ++i) out.push_back({uint32_t(i / hosts), (*v)[i]->params().loss});
+    for (const auto* v : {&fab.leaf_to_spine_links(), &fab.spine_to_leaf_links()})
+      for (size_t i = 0; i < v->size(); ++i) out.push_back({uint32_t(i / pairs), (*v)[i]->params().loss});
+    return out;
+  };
+  const std::vector<Seen> built = links();
+  // How many links `t` changed, after checking each changed one is on its
+  // plane and has the combined loss.
+  auto changed_by = [&](const sim::Fabric::Target& t, double loss) {
+    fab.set_gray_loss(t, loss);
+    const std::vector<Seen> now = links();
+    uint32_t changed = 0;
+    for (size_t i = 0; i < now.size(); ++i) {
+      if (now[i].loss == built[i].loss) continue;
+      ++changed;
+      CHECK(now[i].plane == t.plane);
+      CHECK(now[i].loss == Approx(1 - (1 - built[i].loss) * (1 - loss)));
+    }
+    fab.set_gray_loss(t, 0);
+    const std::vector<Seen> healed = links();
+    for (size_t i = 0; i < healed.size(); ++i) CHECK(healed[i].loss == built[i].loss);
+    return changed;
+  };
+  CHECK(changed_by({Kind::plane, 1, 0}, 0.2) == 2 * hosts + 2 * pairs);
+  CHECK(changed_by({Kind::leaf, 0, 1}, 0.2) == 2 * 2 + 2 * fab.spines());  // its 2 hosts, its spine links
+  CHECK(changed_by({Kind::spine, 1, 2}, 0.2) == 2 * fab.leaves());
+  CHECK(changed_by({Kind::fabric_link, 0, 5}, 1.0) == 2);
+  CHECK(changed_by({Kind::host_link, 1, 7}, 0.5) == 2);
+  // Out of the fabric, or not a probability: refused, nothing changed.
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::plane, 2, 0}, 0.1), std::out_of_range);
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::host_link, 0, hosts}, 0.1), std::out_of_range);
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::leaf, 0, fab.leaves()}, 0.1), std::out_of_range);
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::spine, 0, fab.spines()}, 0.1), std::out_of_range);
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::fabric_link, 0, pairs}, 0.1), std::out_of_range);
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::plane, 0, 0}, 1.5), std::invalid_argument);
+  CHECK_THROWS_AS(fab.set_gray_loss({Kind::plane, 0, 0}, std::nan("")), std::invalid_argument);
+  const std::vector<Seen> after = links();
+  for (size_t i = 0; i < after.size(); ++i) CHECK(after[i].loss == built[i].loss);
 }

@@ -27,6 +27,12 @@ expect --fail-at-us --fail-at-us 10
 expect --restore-at-us --fail-plane 0 --fail-at-us 50 --restore-at-us 20
 expect --fail-at-us --fail-plane 0 --fail-at-us 2000 --duration-us 1000
 expect --fail-plane --fail-plane 0 --fail-link host:0:0 --fail-at-us 10
+# Gray failures: a share of frames, of a target, with no port to report on.
+expect --fail-loss --fail-loss 0.1
+expect --fail-loss --fail-plane 0 --fail-at-us 10 --fail-loss 1.5
+expect --fail-loss --fail-plane 0 --fail-at-us 10 --fail-loss nan
+expect --fail-loss --fail-plane 0 --fail-at-us 10 --fail-loss -0.1
+expect --port-status --fail-plane 0 --fail-at-us 10 --fail-loss 0.1 --port-status true
 # Sizes that allocated gigabytes or ran away (ulimit -v above catches the former).
 expect --hosts --hosts 4000000000
 expect --spines --spines 4000000000
@@ -100,6 +106,8 @@ good --hosts 32 --hosts-per-leaf 8 --workload permutation --planes 2 --message-b
   --fail-link fabric:1:31 --fail-at-us 5 --restore-at-us 30
 good --hosts 32 --hosts-per-leaf 8 --planes 2 --message-bytes 65536 \
   --fail-switch spine:1:7 --fail-at-us 5 --flap-period-us 10 --restore-at-us 60
+good --hosts 32 --hosts-per-leaf 8 --planes 2 --message-bytes 65536 \
+  --fail-link host:1:3 --fail-at-us 5 --fail-loss 0.3 --flap-period-us 10 --restore-at-us 60
 good --timeout -1 --retry-exp 25 --evs 32768 --host-queue-bytes 4228
 good --hosts 32 --hosts-per-leaf 8 --workload incast --trim-bytes 4228
 

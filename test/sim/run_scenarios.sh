@@ -36,6 +36,11 @@ failure = s["failure_at_us"] is not None
 why = []
 if s["integrity_ok"] is not True:
     why.append("integrity_ok false (%d bad messages)" % e["integrity_failures"])
+# A gray failure loses frames on links that stay up (the file sets no other loss).
+n = s["network"]
+if s["failure_loss"] is not None and (n["dropped_loss"] == 0 or n["dropped_down"] != 0):
+    why.append("gray failure: %d frames lost, %d dropped by links down (wanted some, and none)" % (
+        n["dropped_loss"], n["dropped_down"]))
 note = ""
 if s["completions_ok"] is not True:
     # A RoCEv2 QP binds to one plane: a failed plane can exhaust its retries.
