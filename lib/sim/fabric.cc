@@ -490,9 +490,6 @@ void Fabric::spine_rx(uint32_t p, uint32_t s, std::vector<uint8_t> frame, uint64
   spine_egress(p, s, r.dst_host).send(std::move(frame), tag, wire_len);
 }
 
-// The NIC is not told (a port status update is the caller's business), so
-// its port stays up and keeps sending at line rate into the dead link: a
-// failed plane must not drain faster than a live one, or it looks free.
 template <class Fn>
 void Fabric::for_each_link(const Target& t, Fn&& fn) {
   const uint32_t p = t.plane;
@@ -532,6 +529,9 @@ void Fabric::for_each_link(const Target& t, Fn&& fn) {
   }
 }
 
+// The NIC is not told (a port status update is the caller's business), so
+// its port stays up and keeps sending at line rate into the dead link: a
+// failed plane must not drain faster than a live one, or it looks free.
 void Fabric::set_up(const Target& t, bool up) {
   for_each_link(t, [up](Link& link, const LinkParams&, bool host_uplink) {
     if (host_uplink)

@@ -170,12 +170,12 @@ class Fabric {
   // spine s by.
   Link& leaf_egress(uint32_t p, uint32_t l, uint32_t dst_host, uint64_t hash) const;
   Link& spine_egress(uint32_t p, uint32_t s, uint32_t dst_host) const { return spine_to_leaf(p, leaf_of(dst_host), s); }
-  // Link::SinkHint functions: load the next hop of a tagged frame.
-  static void prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag, std::span<const uint8_t>,
-                                unsigned stage);
   // Calls fn(link, params it was built with, is_host_uplink) for every link t covers.
   template <class Fn>
   void for_each_link(const Target& t, Fn&& fn);
+  // Link::SinkHint functions: load the next hop of a tagged frame.
+  static void prefetch_leaf_hop(const void* fabric, uint32_t p, uint32_t l, uint64_t tag, std::span<const uint8_t>,
+                                unsigned stage);
   static void prefetch_spine_hop(const void* fabric, uint32_t p, uint32_t s, uint64_t tag, std::span<const uint8_t>,
                                  unsigned stage);
   uint32_t partition_of_leaf(uint32_t l) const { return static_cast<uint32_t>(uint64_t(l) * parts_.size() / leaves_); }
