@@ -90,6 +90,10 @@ void add_options(CLI::App& app, Options& o) {
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
       ->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
+  app.add_option("--probe-confirmations", o.probe_confirmations,
+                 "probes in a row an ASSUMED_BAD EV must have answered to go back into service")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
   app.add_option("--fault", o.faults, "egress fault injection: \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"");
   app.add_option("--link-event", o.link_events,
                  "\"DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]\": a silent link failure");
@@ -266,6 +270,7 @@ std::string build(const Options& o, Built& out) {
   ec.reorder_window_growth = o.reorder_window_growth;
   ec.tail_probe_delay = o.tail_probe_ns < 0 ? engine::kNever : engine::Nanos(o.tail_probe_ns);
   ec.plane_silent_losses = o.plane_silent_losses;
+  ec.probe_confirmations = o.probe_confirmations;
   ec.seed = o.seed;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";
   if (o.lcore_rate_gbps < 0) return "--lcore-rate-gbps: must not be negative";

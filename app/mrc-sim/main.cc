@@ -72,6 +72,7 @@ struct Options {
   int retry_exp = -1;
   uint32_t mpr = 8;
   uint32_t plane_silent_losses = engine::EngineConfig{}.plane_silent_losses;
+  uint32_t probe_confirmations = engine::EngineConfig{}.probe_confirmations;
   double reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
   int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
   // Failures.
@@ -98,6 +99,7 @@ struct Options {
   // EngineHosts::set_payload_tokens); auto = tokens unless a pcap is written.
   std::string payload = "auto";
   bool report_wall = false;
+  bool qp_counters = false;
   // A parallel run: the fabric cut into this many parts (Fabric::Config),
   // run by this many threads (0: one per part, at most one per CPU).
   uint32_t partitions = 1;
@@ -618,6 +620,7 @@ int Sim::run() {
   fc.engine_template.transport = transport();
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
   fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
+  fc.engine_template.probe_confirmations = o_.probe_confirmations;
   fc.engine_template.reorder_window_growth = o_.reorder_window_growth;
   fc.engine_template.tail_probe_delay = o_.tail_probe_ns < 0 ? kNever : Nanos(o_.tail_probe_ns);
   fc.engine_template.icrc_offload =
@@ -736,8 +739,11 @@ int Sim::run() {
   uint64_t retx = 0, data = 0, completed_msgs = 0;
   uint64_t rtx_sack = 0, rtx_nack = 0, rtx_rto = 0, rtx_gbn = 0, rtx_plane_down = 0, rtx_spurious = 0, probes = 0;
   QpInfo qi;
+  Counters<QpCtr> qp_totals;  // both ends of every QP
   for (const QpRun& q : qps_) {
+    if (o_.qp_counters && net_->engine(q.dst).qp_info(q.qpn_resp, qi)) qp_totals += qi.ctr;
     if (net_->engine(q.src).qp_info(q.qpn_req, qi)) {
+      qp_totals += qi.ctr;
       retx += qi.ctr[QpCtr::tx_retransmits];
       data += qi.ctr[QpCtr::tx_data_pkts];
       rtx_sack += qi.ctr[QpCtr::rtx_sack];
@@ -872,6 +878,12 @@ int Sim::run() {
   kv("ev_transitions",
      fmt::format("{{\"good_to_assumed_bad\":{},\"assumed_bad_to_good\":{}}}", st.ev_to_bad, st.ev_to_good));
   kv("unroutable", std::to_string(st.unroutable));
+  if (o_.qp_counters) {
+    std::string obj = "{";
+    for (size_t i = 0; i < qp_totals.v.size(); ++i)
+      obj += fmt::format("{}\"{}\":{}", i ? "," : "", kQpCtrNames[i], qp_totals.v[i]);
+    kv("qp_counters", obj + "}");
+  }
   const uint64_t events = net_->events_run();
   kv("sim_events", std::to_string(events));
   // Of them, frames delivered at the end of a link; the rest are the
@@ -1147,6 +1159,10 @@ int main(int argc, char** argv) {
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
       ->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
+  app.add_option("--probe-confirmations", o.probe_confirmations,
+                 "probes in a row an ASSUMED_BAD EV must have answered to go back into service")
+      ->check(CLI::Range(1u, 64u))
+      ->capture_default_str();
   app.add_option("--fail-plane", o.fail_plane, "fail this plane (needs --fail-at-us)")
       ->check(CLI::Range(0, int(kMaxPlanes) - 1));
   app.add_option("--fail-link", o.fail_link,
@@ -1193,6 +1209,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "tokens", "bytes"}))
       ->capture_default_str();
   app.add_flag("--report-wall", o.report_wall, "include wall_seconds in the JSON (breaks byte-identity)");
+  app.add_flag("--qp-counters", o.qp_counters, "include every engine QP counter, summed over both ends of all QPs");
   CLI11_PARSE(app, argc, argv);
   if (const std::string err = check_options(o); !err.empty()) {
     fmt::print(stderr, "mrc-sim: {}\n", err);

@@ -635,9 +635,11 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
     }
     if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
     if (up) {  // probe the plane's EVs back at once
-      for (size_t i = 0; i < qp.evs.size(); ++i)
-        if (qp.evs[i].plane == plane && qp.evs[i].state == EvState::assumed_bad)
-          qp.ev_cold[i].probe_at = now, qp.ev_cold[i].probe_backoff = 0, qp.ev_cold[i].silent_probes = 0;
+      for (size_t i = 0; i < qp.evs.size(); ++i) {
+        if (qp.evs[i].plane != plane || qp.evs[i].state != EvState::assumed_bad) continue;
+        EvCold& cold = qp.ev_cold[i];
+        cold.probe_at = now, cold.probe_backoff = 0, cold.silent_probes = 0, cold.probe_answers = 0;
+      }
       qp.next_probe_at = now;
       I.activate(qp);
     }

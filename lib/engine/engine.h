@@ -112,6 +112,11 @@ struct EngineConfig {
   // probe_interval_max).
   Nanos probe_interval = 50000;
   Nanos probe_interval_max = 2000000;
+  // An ASSUMED_BAD EV goes back into service after this many probes in a
+  // row are answered, each sent as soon as the last is answered; a probe
+  // left unanswered starts the count again. One answer returns a path that
+  // loses most packets, not all, and every return costs it a loss or more.
+  uint32_t probe_confirmations = 1;
   // A QP with nothing to send, in flight or to acknowledge stops probing an
   // EV after this many probes went unanswered (its peer may be gone for
   // good, and probes would keep it busy for as long as it lives); posting

@@ -314,6 +314,8 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   EvCold& cold = qp.ev_cold[idx];
   cold.ctr.inc(EvCtr::state_changes);
   cold.silent_probes = 0;
+  cold.probe_answers = 0;
+  cold.confirming = false;
   cold.out_by = EvCold::OutBy::other;
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
@@ -358,6 +360,15 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
     qp.peer_planes_down &= ~(1u << ev.plane);
     qp.ctr.inc(QpCtr::peer_plane_up_by_probe);
   }
+  EvCold& cold = qp.ev_cold[idx];
+  if (++cold.probe_answers < cfg.probe_confirmations) {
+    qp.ctr.inc(QpCtr::ev_probe_confirming);
+    cold.confirming = true;
+    cold.probe_at = now;
+    qp.next_probe_at = now;
+    activate(qp);
+    return;
+  }
   qp.ctr.inc(QpCtr::ev_recovered);
   ev_mark(qp, idx, EvState::good, now, true);
   if (!clean) ev_skip(qp, idx);
@@ -383,6 +394,8 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
         continue;
       }
       ++cold.silent_probes;
+      if (!cold.confirming) cold.probe_answers = 0;  // the last probe went unanswered
+      cold.confirming = false;
       const bool sent =
           send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
             m.peth().set_type(kPethType);
@@ -413,6 +426,7 @@ void Engine::Impl::unpark_probes(Qp& qp) {
     cold.probe_at = 0;  // due at the next poll, whatever its time
     cold.probe_backoff = 0;
     cold.silent_probes = 0;
+    cold.probe_answers = 0;
     qp.next_probe_at = 0;
   }
 }
