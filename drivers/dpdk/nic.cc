@@ -460,11 +460,18 @@ struct Shard::Impl final : engine::Env {
         }
         case nic::LinkVerdict::not_ours:
           // ARP replies, Neighbour Advertisements and peers' announcements
-          // land here: used, not dropped.
-          switch (learn_from(plane, frame)) {
-            case Learned::yes: s.ctr_.inc(ShardCtr::neighbours_learned); break;
-            case Learned::announcement_unused: s.ctr_.inc(ShardCtr::rx_announcements_unused); break;
-            case Learned::no: count_drop(plane, ShardCtr::rx_drop_not_ours); break;
+          // land here: used, or dropped under the reason they cannot be.
+          if (const auto update = learn_from(plane, frame)) {
+            switch (*update) {
+              using U = Device::NeighbourUpdate;
+              case U::entered: s.ctr_.inc(ShardCtr::neighbours_learned); break;
+              case U::static_kept: s.ctr_.inc(ShardCtr::neighbour_static_kept); break;
+              case U::static_conflict: count_drop(plane, ShardCtr::rx_drop_neighbour_static_conflict); break;
+              case U::not_cached: s.ctr_.inc(ShardCtr::rx_announcements_unused); break;
+              case U::table_full: count_drop(plane, ShardCtr::rx_drop_neighbour_table_full); break;
+            }
+          } else {
+            count_drop(plane, ShardCtr::rx_drop_not_ours);
           }
           rte_pktmbuf_free(m);
           return;
@@ -498,24 +505,19 @@ struct Shard::Impl final : engine::Env {
       drain_completions();
   }
 
-  // Records the binding an ARP/ND frame tells us of, if any.
-  enum class Learned : uint8_t {
-    yes,                  // it entered the device's neighbour table
-    announcement_unused,  // a peer's announcement that changed no entry (none, or static)
-    no,
-  };
-  Learned learn_from(uint32_t plane, std::span<const uint8_t> frame) {
+  // Records the binding an ARP/ND frame tells us of, if any; nullopt: it
+  // tells of none.
+  std::optional<Device::NeighbourUpdate> learn_from(uint32_t plane, std::span<const uint8_t> frame) {
     const auto fact = nic::learn_neighbour(ident[plane], frame);
-    if (!fact) return Learned::no;
+    if (!fact) return std::nullopt;
     wire::IpAddr ip;
     if (fact->ipv4)
       ip = wire::IpAddr::from_v4(*fact->ipv4);
     else if (fact->ipv6)
       ip.bytes = *fact->ipv6;
     else
-      return Learned::no;
-    if (dev.learn_neighbour(ip, fact->mac, fact->refresh_only)) return Learned::yes;
-    return fact->refresh_only ? Learned::announcement_unused : Learned::no;
+      return std::nullopt;
+    return dev.learn_neighbour(ip, fact->mac, fact->refresh_only);
   }
 
   void send_raw(uint32_t plane, std::span<const uint8_t> frame) {
@@ -814,17 +816,19 @@ void Device::add_static_neighbour(const wire::IpAddr& ip, uint64_t mac) {
   neigh_[ip.bytes] = NeighbourEntry{mac, true};
 }
 
-bool Device::learn_neighbour(const wire::IpAddr& ip, uint64_t mac, bool refresh_only) {
+Device::NeighbourUpdate Device::learn_neighbour(const wire::IpAddr& ip, uint64_t mac, bool refresh_only) {
   std::lock_guard<std::mutex> g(neigh_mu_);
   auto it = neigh_.find(ip.bytes);
   if (it != neigh_.end()) {
-    if (it->second.is_static) return it->second.mac == mac;
+    if (it->second.is_static)
+      return it->second.mac == mac ? NeighbourUpdate::static_kept : NeighbourUpdate::static_conflict;
     it->second.mac = mac;
-    return true;
+    return NeighbourUpdate::entered;
   }
-  if (refresh_only || neigh_.size() >= kMaxNeighbours) return false;
+  if (refresh_only) return NeighbourUpdate::not_cached;
+  if (neigh_.size() >= kMaxNeighbours) return NeighbourUpdate::table_full;
   neigh_.emplace(ip.bytes, NeighbourEntry{mac, false});
-  return true;
+  return NeighbourUpdate::entered;
 }
 
 std::optional<uint64_t> Device::neighbour(const wire::IpAddr& ip) const {

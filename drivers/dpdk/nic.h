@@ -215,10 +215,16 @@ class Device {
   // Fault parameters change from the control thread; workers read them.
   std::array<std::atomic<uint64_t>, engine::kMaxPlanes> drop_ppb_{}, corrupt_ppb_{}, delay_ns_{};
   std::atomic<uint64_t>* alive_ = nullptr;
-  // Records a binding an lcore learned from an ARP/ND frame. False if a
-  // static entry keeps another MAC for the IP, or the IP is new and the
-  // table is full or the frame was an announcement (refresh_only).
-  bool learn_neighbour(const wire::IpAddr& ip, uint64_t mac, bool refresh_only = false);
+  // What a binding an lcore learned from an ARP/ND frame did to the table.
+  // A static entry is never changed: the config outranks the wire.
+  enum class NeighbourUpdate : uint8_t {
+    entered,          // a new dynamic entry, or a dynamic entry refreshed
+    static_kept,      // a static entry with this very MAC
+    static_conflict,  // a static entry with another MAC
+    not_cached,       // an announcement (refresh_only) for an IP not in the table
+    table_full,       // a new IP, and no room for it
+  };
+  NeighbourUpdate learn_neighbour(const wire::IpAddr& ip, uint64_t mac, bool refresh_only = false);
   // Written by lcores (only for ARP/ND frames that teach a binding, never on
   // the RoCEv2 path) and the control thread; read by control and telemetry.
   struct NeighbourEntry {

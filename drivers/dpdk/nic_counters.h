@@ -10,47 +10,50 @@
 
 namespace mrc::dp {
 
-#define MRC_SHARD_COUNTERS(X)                                                                       \
-  X(rx_frames, "frames received from ports")                                                        \
-  X(rx_bytes, "bytes received from ports")                                                          \
-  X(rx_to_engine, "RoCEv2/MRC frames handed to the engine")                                         \
-  X(rx_steered_out, "frames handed to the owning lcore of their QP")                                \
-  X(rx_steered_in, "frames received from another lcore")                                            \
-  X(rx_drop_steer_full, "frames dropped: the owning lcore's ring was full")                         \
-  X(rx_drop_not_ours, "frames dropped: not RoCEv2 to us, not ARP/ND for us")                        \
-  X(rx_drop_malformed, "frames dropped: malformed ARP/ND/IP")                                       \
-  X(rx_drop_too_big, "frames dropped: chained mbufs that could not be linearised")                  \
-  X(rx_drop_link_down, "frames dropped: plane link down (fault injection)")                         \
-  X(arp_replies, "ARP replies sent")                                                                \
-  X(nd_replies, "IPv6 neighbour advertisements sent")                                               \
-  X(arp_requests, "ARP requests sent (resolving a peer)")                                           \
-  X(nd_solicits, "IPv6 neighbour solicitations sent (resolving a peer)")                            \
-  X(neighbours_learned, "ARP/ND frames whose sender binding entered the table")                     \
-  X(tx_frames, "frames sent to ports")                                                              \
-  X(tx_bytes, "bytes sent to ports")                                                                \
-  X(tx_drop_no_mbuf, "frames not sent: mempool empty")                                              \
-  X(tx_drop_link_down, "frames dropped: plane link down (fault injection)")                         \
-  X(tx_drop_fault, "frames dropped by injected egress loss")                                        \
-  X(tx_corrupted, "frames corrupted by fault injection")                                            \
-  X(tx_delayed, "frames held back by injected delay")                                               \
-  X(tx_drop_delay_full, "frames dropped: injected-delay queue full")                                \
-  X(tx_drop_port_full, "frames dropped at shutdown: the port never took them")                      \
-  X(capture_errors, "frames the capture could not write")                                           \
-  X(port_faults, "bursts cut short by a fault: the peer unmapped shared memory")                    \
-  X(tx_lost_in_fault, "frames forgotten after a TX burst faulted (never freed twice)")              \
-  X(port_down_events, "planes the engine was told are down: link lost or port faulted")             \
-  X(port_up_events, "planes the engine was told are back")                                          \
-  X(link_announcements, "gratuitous ARPs / unsolicited NAs sent as a plane came up")                \
-  X(rx_announcements_unused, "peers' announcements that changed no entry (none cached, or static)") \
-  X(host_sqe, "send WQEs taken from host SQs")                                                      \
-  X(host_rqe, "receive WQEs taken from host RQs")                                                   \
-  X(host_cqe, "completions written to host CQs")                                                    \
-  X(host_sq_flushed, "send WQEs completed as flushed: QP in ERROR")                                 \
-  X(host_bad_sq_index, "host QPs failed: SQ producer index out of range")                           \
-  X(host_bad_rq_index, "host QPs failed: RQ producer index out of range")                           \
-  X(host_bad_cq_index, "host CQs failed: consumer index out of range")                              \
-  X(host_cq_overflow, "host CQs failed: full when a completion arrived")                            \
-  X(host_cqe_dropped, "completions dropped: their CQ had failed")                                   \
+#define MRC_SHARD_COUNTERS(X)                                                                 \
+  X(rx_frames, "frames received from ports")                                                  \
+  X(rx_bytes, "bytes received from ports")                                                    \
+  X(rx_to_engine, "RoCEv2/MRC frames handed to the engine")                                   \
+  X(rx_steered_out, "frames handed to the owning lcore of their QP")                          \
+  X(rx_steered_in, "frames received from another lcore")                                      \
+  X(rx_drop_steer_full, "frames dropped: the owning lcore's ring was full")                   \
+  X(rx_drop_not_ours, "frames dropped: not RoCEv2 to us, not ARP/ND for us")                  \
+  X(rx_drop_malformed, "frames dropped: malformed ARP/ND/IP")                                 \
+  X(rx_drop_too_big, "frames dropped: chained mbufs that could not be linearised")            \
+  X(rx_drop_link_down, "frames dropped: plane link down (fault injection)")                   \
+  X(arp_replies, "ARP replies sent")                                                          \
+  X(nd_replies, "IPv6 neighbour advertisements sent")                                         \
+  X(arp_requests, "ARP requests sent (resolving a peer)")                                     \
+  X(nd_solicits, "IPv6 neighbour solicitations sent (resolving a peer)")                      \
+  X(neighbours_learned, "ARP/ND frames whose sender binding entered the table")               \
+  X(neighbour_static_kept, "ARP/ND frames naming a static neighbour with its configured MAC") \
+  X(rx_drop_neighbour_static_conflict, "ARP/ND frames giving a static neighbour another MAC") \
+  X(rx_drop_neighbour_table_full, "ARP/ND frames of a new neighbour: the table is full")      \
+  X(tx_frames, "frames sent to ports")                                                        \
+  X(tx_bytes, "bytes sent to ports")                                                          \
+  X(tx_drop_no_mbuf, "frames not sent: mempool empty")                                        \
+  X(tx_drop_link_down, "frames dropped: plane link down (fault injection)")                   \
+  X(tx_drop_fault, "frames dropped by injected egress loss")                                  \
+  X(tx_corrupted, "frames corrupted by fault injection")                                      \
+  X(tx_delayed, "frames held back by injected delay")                                         \
+  X(tx_drop_delay_full, "frames dropped: injected-delay queue full")                          \
+  X(tx_drop_port_full, "frames dropped at shutdown: the port never took them")                \
+  X(capture_errors, "frames the capture could not write")                                     \
+  X(port_faults, "bursts cut short by a fault: the peer unmapped shared memory")              \
+  X(tx_lost_in_fault, "frames forgotten after a TX burst faulted (never freed twice)")        \
+  X(port_down_events, "planes the engine was told are down: link lost or port faulted")       \
+  X(port_up_events, "planes the engine was told are back")                                    \
+  X(link_announcements, "gratuitous ARPs / unsolicited NAs sent as a plane came up")          \
+  X(rx_announcements_unused, "peers' announcements of IPs not in the table")                  \
+  X(host_sqe, "send WQEs taken from host SQs")                                                \
+  X(host_rqe, "receive WQEs taken from host RQs")                                             \
+  X(host_cqe, "completions written to host CQs")                                              \
+  X(host_sq_flushed, "send WQEs completed as flushed: QP in ERROR")                           \
+  X(host_bad_sq_index, "host QPs failed: SQ producer index out of range")                     \
+  X(host_bad_rq_index, "host QPs failed: RQ producer index out of range")                     \
+  X(host_bad_cq_index, "host CQs failed: consumer index out of range")                        \
+  X(host_cq_overflow, "host CQs failed: full when a completion arrived")                      \
+  X(host_cqe_dropped, "completions dropped: their CQ had failed")                             \
   X(host_channel_signals, "completion channel events signalled")
 
 // New counters go last: telemetry's /mrc/planes rows list them in this order.

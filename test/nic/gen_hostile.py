@@ -14,7 +14,9 @@ The frames, in a seed-determined order (same seed, same bytes):
     followed by a random BTH and rest;
   * random garbage (lengths 0..2000, half of it to our MAC);
   * ARP requests for our IP (padded and one 42-byte runt), for other IPs,
-    from a multicast sender, and an ARP reply; IPv6 Neighbour Solicitations;
+    from a multicast sender; replies and announcements for the peer, which
+    the receiver has as a static neighbour (its own MAC and another), and an
+    announcement of an unknown IP; IPv6 Neighbour Solicitations;
   * runts: 0..13 bytes, and IPv4 frames cut inside the IP or UDP header.
 --expect gets the frame count, the mrc-craft manifests' kinds and what the
 receiving plane must make of the rest (ARP replies, lower bounds of
@@ -172,8 +174,19 @@ def main():
     expect["arp_replies"] = 6
     for i in range(5):
         frames.append(("arp-other", pad60(BROADCAST + peer + b"\x08\x06" + arp(1, peer, a.peer_ip, f"10.9.9.{i}"))))
-    frames.append(("arp-other", pad60(ours + peer + b"\x08\x06" + arp(2, peer, a.peer_ip, a.ip, ours))))
-    expect["not_ours_min"] += 6
+    expect["not_ours_min"] += 5
+    # The peer is a static neighbour of the receiver: its own binding is
+    # kept, another MAC for its IP is refused, by reply or announcement;
+    # an announcement of an IP not in the table changes nothing.
+    frames.append(("arp-static-same", pad60(ours + peer + b"\x08\x06" + arp(2, peer, a.peer_ip, a.ip, ours))))
+    impostor = bytes.fromhex("020000000999")
+    frames.append(("arp-static-other",
+                   pad60(ours + impostor + b"\x08\x06" + arp(2, impostor, a.peer_ip, a.ip, ours))))
+    frames.append(("arp-static-other",
+                   pad60(BROADCAST + impostor + b"\x08\x06" + arp(1, impostor, a.peer_ip, a.peer_ip))))
+    frames.append(("arp-announce-unknown",
+                   pad60(BROADCAST + impostor + b"\x08\x06" + arp(1, impostor, "10.0.2.77", "10.0.2.77"))))
+    expect["static_kept"], expect["static_conflicts"], expect["announcements_unused"] = 1, 2, 1
     frames.append(("arp-bad-sender", pad60(BROADCAST + peer + b"\x08\x06" + arp(1, BROADCAST, a.peer_ip, a.ip))))
     frames.append(("arp-cut", BROADCAST + peer + b"\x08\x06" + arp(1, peer, a.peer_ip, a.ip)[:20]))
     expect["malformed_min"] += 2

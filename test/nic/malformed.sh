@@ -82,6 +82,7 @@ run_nic() {
     --plane "mrc1 port=rb0 ip=10.0.0.2 mac=02:00:00:00:00:02" \
     --plane "mrc1 port=rb1 ip=10.0.1.2 mac=02:00:00:00:01:02" \
     --plane "mrc1 port=net_pcap0 ip=10.0.2.2 mac=02:00:00:00:02:02" \
+    --neighbour "10.0.2.1 02:00:00:00:02:01" \
     --workload write --wl-from mrc0 --wl-to mrc1 --wl-size 64k --wl-qps 2 --wl-seconds "$secs" \
     >"$WD/$name.json" 2>"$WD/$name.err" || rc=$?
   echo "== $name: mrc-nic exited $rc after replaying $rx"
@@ -105,8 +106,11 @@ common_checks() {
     for k in "${!R[@]}"; do [[ $k == $dev.nic_rx_drop_* ]] && drops=$((drops + R[$k])); done
     check "$dev: nic_rx_frames $(r $dev.nic_rx_frames) == rx_to_engine $(r $dev.nic_rx_to_engine) \
 + nic_rx_drop_* $drops + arp_replies $(r $dev.nic_arp_replies) + nd_replies $(r $dev.nic_nd_replies) \
-+ neighbours_learned $(r $dev.nic_neighbours_learned) + rx_announcements_unused $(r $dev.nic_rx_announcements_unused)" \
-      test "$(r $dev.nic_rx_frames)" -eq $(($(r $dev.nic_rx_to_engine) + drops + $(r $dev.nic_arp_replies) + $(r $dev.nic_nd_replies) + $(r $dev.nic_neighbours_learned) + $(r $dev.nic_rx_announcements_unused)))
++ neighbours_learned $(r $dev.nic_neighbours_learned) + neighbour_static_kept $(r $dev.nic_neighbour_static_kept) \
++ rx_announcements_unused $(r $dev.nic_rx_announcements_unused)" \
+      test "$(r $dev.nic_rx_frames)" -eq $(($(r $dev.nic_rx_to_engine) + drops + $(r $dev.nic_arp_replies) \
+        + $(r $dev.nic_nd_replies) + $(r $dev.nic_neighbours_learned) + $(r $dev.nic_neighbour_static_kept) \
+        + $(r $dev.nic_rx_announcements_unused)))
     planes=0
     for p in 0 1 2; do planes=$((planes + $(r $dev.plane$p.rx_frames))); done
     check "$dev: nic_rx_frames $(r $dev.nic_rx_frames) == sum of the planes' rx_frames $planes" \
@@ -168,6 +172,18 @@ check "storm: mrc1 nic_rx_drop_malformed $(r mrc1.nic_rx_drop_malformed) >= $(x 
   test "$(r mrc1.nic_rx_drop_malformed)" -ge "$(x malformed_min)"
 check "storm: mrc1 nic_arp_replies $(r mrc1.nic_arp_replies) == $(x arp_replies), nd_replies $(r mrc1.nic_nd_replies) == 0 (IPv4 plane)" \
   test "$(r mrc1.nic_arp_replies)" -eq "$(x arp_replies)" -a "$(r mrc1.nic_nd_replies)" -eq 0
+# 10.0.2.1 is a static neighbour (--neighbour): what the wire says of it
+# never enters the table, so nothing at all is learned. The other device's
+# planes announce themselves as their links come up, so announcements of
+# IPs not in the table number at least the storm's.
+check "storm: mrc1 neighbour_static_kept $(r mrc1.nic_neighbour_static_kept) == $(x static_kept), \
+rx_drop_neighbour_static_conflict $(r mrc1.nic_rx_drop_neighbour_static_conflict) == $(x static_conflicts), \
+neighbours_learned $(r mrc1.nic_neighbours_learned) == 0, \
+rx_announcements_unused $(r mrc1.nic_rx_announcements_unused) >= $(x announcements_unused)" \
+  test "$(r mrc1.nic_neighbour_static_kept)" -eq "$(x static_kept)" \
+  -a "$(r mrc1.nic_rx_drop_neighbour_static_conflict)" -eq "$(x static_conflicts)" \
+  -a "$(r mrc1.nic_neighbours_learned)" -eq 0 \
+  -a "$(r mrc1.nic_rx_announcements_unused)" -ge "$(x announcements_unused)"
 # Counted is not sent: the replies must be on the wire, from our address to the asker.
 replies=$(tshark -n -r "$WD/storm-tx.pcap" \
   -Y 'arp.opcode == 2 && arp.src.proto_ipv4 == 10.0.2.2 && arp.src.hw_mac == 02:00:00:00:02:02 && arp.dst.proto_ipv4 == 10.0.2.1' \
