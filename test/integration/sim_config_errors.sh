@@ -58,6 +58,8 @@ expect --sample-us --sample-us nan
 expect --sample-us --sample-us 0
 expect --fail-at-us --fail-plane 0 --fail-at-us nan
 expect --reorder-window-growth --reorder-window-growth nan
+expect --probe-confirmations --probe-confirmations 0
+expect --probe-confirmations --probe-confirmations 65
 expect --host-rate-gbps --host-rate-gbps 0
 expect --host-rate-gbps --host-rate-gbps -1
 expect --fabric-delay-ns --fabric-delay-ns inf

@@ -42,6 +42,7 @@ expect "--lcores" "${good[@]}" --lcores "mrc0=0"
 expect "--lcores" "${good[@]}" --lcores "mrc0=5"
 expect "--mtu" "${good[@]}" --mtu 1000
 expect "--timeout" "${good[@]}" --timeout 40
+expect "--probe-confirmations" "${good[@]}" --probe-confirmations 0
 expect "--workload" "${good[@]}" --workload write
 expect "--wl-from" "${good[@]}" --workload write --wl-from mrc0 --wl-to mrc0 --wl-bytes 1M
 # CLI11 and stod read "nan" and "inf" as numbers, and NaN passes range checks.
