@@ -77,6 +77,7 @@ namespace mrc::engine {
   X(ev_marked_bad, "EVs moved to ASSUMED_BAD")                                            \
   X(ev_recovered, "EVs moved back to GOOD by a probe")                                    \
   X(ev_probe_confirming, "probe answers that left an EV out, awaiting more in a row")     \
+  X(rx_probe_replies_unmatched, "probe replies beyond one per probe (confirmations > 1)") \
   X(ev_loss_disproved, "EVs back to GOOD: a packet of theirs declared lost arrived")      \
   X(peer_plane_up_by_probe, "planes the peer reported down, answering probes again")      \
   X(probes_parked, "EVs no longer probed by an idle QP (EngineConfig::idle_probe_limit)") \

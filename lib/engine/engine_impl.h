@@ -107,6 +107,8 @@ struct EvCold {
   uint32_t silent_probes = 0;  // sent since the EV last changed state or its plane came up
   uint32_t probe_answers = 0;  // in a row (EngineConfig::probe_confirmations)
   bool confirming = false;     // the next probe follows an answer, so the row goes on
+  bool probe_outstanding = false;  // the last probe sent has had no answer yet
+  Nanos probe_sent_at = 0;         // when it left
   uint64_t drops = 0;   // losses since the last GOOD<->ASSUMED_BAD event
   // Why it is ASSUMED_BAD, when a loss put it there: its own packet's, or
   // its plane's streak (plane_silent). Only these give way to a packet

@@ -284,7 +284,12 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   Ev& ev = qp.evs[idx];
   const EvState from = ev.state;
   if (from == to || (from == EvState::denied && to == EvState::assumed_bad)) {
-    if (from == EvState::assumed_bad && to == from) qp.ev_cold[idx].out_by = EvCold::OutBy::other;  // a new cause
+    if (from == EvState::assumed_bad && to == from) {  // a new cause: its row of answers starts again
+      EvCold& c = qp.ev_cold[idx];
+      c.out_by = EvCold::OutBy::other;
+      c.probe_answers = 0;
+      c.confirming = c.probe_outstanding = false;
+    }
     return;
   }
   const bool leaving_service = to == EvState::assumed_bad || to == EvState::denied;
@@ -315,7 +320,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   cold.ctr.inc(EvCtr::state_changes);
   cold.silent_probes = 0;
   cold.probe_answers = 0;
-  cold.confirming = false;
+  cold.confirming = cold.probe_outstanding = false;
   cold.out_by = EvCold::OutBy::other;
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
@@ -361,13 +366,25 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
     qp.ctr.inc(QpCtr::peer_plane_up_by_probe);
   }
   EvCold& cold = qp.ev_cold[idx];
-  if (++cold.probe_answers < cfg.probe_confirmations) {
-    qp.ctr.inc(QpCtr::ev_probe_confirming);
-    cold.confirming = true;
-    cold.probe_at = now;
-    qp.next_probe_at = now;
-    activate(qp);
-    return;
+  if (cfg.probe_confirmations > 1) {
+    // One answer per probe, and none sooner than a round trip could bring
+    // it: a reply the fabric duplicated, or a second answer to the same
+    // probe, is not another probe answered. Replies carry only the EV, so a
+    // late answer to an earlier probe that comes a round trip after the
+    // last one left still counts.
+    const Nanos least_rtt = qp.min_rtt == kNever ? 0 : qp.min_rtt / 2;
+    if (!cold.probe_outstanding || now - cold.probe_sent_at < least_rtt)
+      return qp.ctr.inc(QpCtr::rx_probe_replies_unmatched);
+    cold.probe_outstanding = false;
+    if (++cold.probe_answers < cfg.probe_confirmations) {
+      qp.ctr.inc(QpCtr::ev_probe_confirming);
+      cold.confirming = true;
+      cold.silent_probes = 0;  // answered: not a probe idle_probe_limit counts
+      cold.probe_at = now;
+      qp.next_probe_at = now;
+      activate(qp);
+      return;
+    }
   }
   qp.ctr.inc(QpCtr::ev_recovered);
   ev_mark(qp, idx, EvState::good, now, true);
@@ -406,8 +423,12 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
       if (sent) {
         cold.ctr.inc(EvCtr::probes);
         qp.ctr.inc(QpCtr::tx_probes);
+        cold.probe_outstanding = true;
+        cold.probe_sent_at = now;
       }
       // From 0 (probed at once when its plane came back up) to one interval.
+      // Probes that follow an answer double it too: a path that keeps
+      // breaking its row of answers is probed less and less often.
       cold.probe_backoff = std::clamp(cold.probe_backoff * 2, cfg.probe_interval, cfg.probe_interval_max);
       cold.probe_at = now + cold.probe_backoff;
     } else if (cold.probe_at <= now) {

@@ -646,53 +646,83 @@ TEST_CASE("a plane that comes back up is probed at once, then at the probe inter
 TEST_CASE("an EV goes back into service only after probe_confirmations answered probes in a row") {
   // Plane 2's EVs are taken out; when the plane comes back, every probe an
   // EV sends is answered, or (lossy) every second one of each EV is lost:
-  // answered, lost, answered, ... never two in a row.
-  for (const bool lossy : {false, true}) {
-    for (const uint32_t need : {1u, 2u, 3u}) {
-      INFO((lossy ? "every second probe of each EV lost" : "every probe answered") << ", confirmations " << need);
-      auto cfg = basic();
-      cfg.engine_template.probe_confirmations = need;
-      Pair p(cfg);
-      std::map<uint16_t, uint32_t> probes_by_port;
-      p.net.uplink(0, 2).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
-        // Ethernet, IPv4 without options, then the UDP source port: the EV.
-        REQUIRE(f.size() > 36);
-        REQUIRE((f[12] << 8 | f[13]) == 0x0800);
-        const uint16_t port = uint16_t(f[34] << 8 | f[35]);
-        if (lossy && ++probes_by_port[port] % 2 == 0) return;
-        p.net.downlink(1, 2).send(std::move(f), 0, wire);
+  // answered, lost, answered, ... never two in a row. With dup, every reply
+  // also arrives twice, which must not count as two probes answered.
+  enum class Path { clean, lossy, lossy_dup };
+  const uint32_t idle_limit = EngineConfig{}.idle_probe_limit;
+  const std::pair<Path, uint32_t> cases[] = {{Path::clean, 1},
+                                             {Path::clean, 2},
+                                             {Path::clean, 3},
+                                             {Path::lossy, 1},
+                                             {Path::lossy, 2},
+                                             {Path::lossy, 3},
+                                             {Path::lossy_dup, 2},
+                                             // More answers than the idle QP's limit of unanswered probes: answered
+                                             // probes are not counted against it.
+                                             {Path::clean, idle_limit + 1}};
+  for (const auto& [path, need] : cases) {
+    INFO((path == Path::clean   ? "every probe answered"
+          : path == Path::lossy ? "every second probe of each EV lost"
+                                : "every second probe lost, every reply twice")
+         << ", confirmations " << need);
+    auto cfg = basic();
+    cfg.engine_template.probe_confirmations = need;
+    Pair p(cfg);
+    // A write first, for a round-trip time: a reply sooner than half the
+    // least one cannot answer the probe just sent.
+    REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(0, 1000)) == 0);
+    p.net.run_until(p.net.now() + 100'000);
+    REQUIRE(p.net.completions(0).size() == 1);
+    const uint64_t probes_before = p.info(0).ctr[QpCtr::tx_probes];
+    std::map<uint16_t, uint32_t> probes_by_port;
+    p.net.uplink(0, 2).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+      // Ethernet, IPv4 without options, then the UDP source port: the EV.
+      REQUIRE(f.size() > 36);
+      REQUIRE((f[12] << 8 | f[13]) == 0x0800);
+      const uint16_t port = uint16_t(f[34] << 8 | f[35]);
+      if (path != Path::clean && ++probes_by_port[port] % 2 == 0) return;
+      p.net.downlink(1, 2).send(std::move(f), 0, wire);
+    });
+    if (path == Path::lossy_dup) {
+      p.net.uplink(1, 2).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+        p.net.downlink(0, 2).send(std::vector<uint8_t>(f), 0, wire);
+        p.net.downlink(0, 2).send(std::move(f), 0, wire);
       });
-      p.net.engine(0).set_plane_up(2, false, p.net.now());
-      p.net.run_until(p.net.now() + 10'000);
-      p.net.engine(0).set_plane_up(2, true, p.net.now());
-      p.net.poll(0);
-      // A few round trips: well inside the 50 us before an unanswered
-      // probe is sent again.
-      p.net.run_until(p.net.now() + 30'000);
+    }
+    p.net.engine(0).set_plane_up(2, false, p.net.now());
+    p.net.run_until(p.net.now() + 10'000);
+    p.net.engine(0).set_plane_up(2, true, p.net.now());
+    p.net.poll(0);
+    // A few round trips per answer needed: on a lossy path, well inside the
+    // 50 us before an unanswered probe is sent again.
+    p.net.run_until(p.net.now() + (path == Path::clean ? need * 10'000 : 30'000));
+    auto good_on_plane = [&] {
       size_t on_plane = 0, good = 0;
       for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
         if (e.plane != 2) continue;
         ++on_plane;
         good += e.state == EvState::good;
       }
-      REQUIRE(on_plane > 0);
-      const bool back = !lossy || need == 1;
-      CHECK(good == (back ? on_plane : 0));
-      // Long enough for unanswered probes to be resent: a lossy path still
-      // never gives two answers in a row.
-      p.net.run_until(p.net.now() + 1'000'000);
-      good = 0;
-      for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) good += e.plane == 2 && e.state == EvState::good;
-      CHECK(good == (back ? on_plane : 0));
-      const QpInfo qi = p.info(0);
-      CHECK(qi.ctr[QpCtr::ev_recovered] == (back ? on_plane : 0));
-      if (!lossy) {
-        CHECK(qi.ctr[QpCtr::tx_probes] == need * on_plane);
-        CHECK(qi.ctr[QpCtr::ev_probe_confirming] == (need - 1) * on_plane);
-      } else if (need > 1) {
-        CHECK(qi.ctr[QpCtr::ev_probe_confirming] >= 2 * on_plane);  // answers that kept being undone
-      }
+      return std::pair{on_plane, good};
+    };
+    const auto [on_plane, good_soon] = good_on_plane();
+    REQUIRE(on_plane > 0);
+    const bool back = path == Path::clean || need == 1;
+    CHECK(good_soon == (back ? on_plane : 0));
+    // Long enough for unanswered probes to be resent: a lossy path still
+    // never gives two answers in a row.
+    p.net.run_until(p.net.now() + 1'000'000);
+    CHECK(good_on_plane().second == (back ? on_plane : 0));
+    const QpInfo qi = p.info(0);
+    CHECK(qi.ctr[QpCtr::ev_recovered] == (back ? on_plane : 0));
+    CHECK(qi.ctr[QpCtr::probes_parked] == 0);
+    if (path == Path::clean) {
+      CHECK(qi.ctr[QpCtr::tx_probes] - probes_before == need * on_plane);
+      CHECK(qi.ctr[QpCtr::ev_probe_confirming] == (need - 1) * on_plane);
+    } else if (need > 1) {
+      CHECK(qi.ctr[QpCtr::ev_probe_confirming] >= 2 * on_plane);  // answers that kept being undone
     }
+    if (path == Path::lossy_dup) CHECK(qi.ctr[QpCtr::rx_probe_replies_unmatched] >= 2 * on_plane);
   }
 }
 
