@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 seeds="1 2 3 4 5 6 7 8 9 10" a="" b=""
 while [ $# -gt 0 ]; do
   case "$1" in
+    --seeds | --a | --b) [ $# -ge 2 ] || { echo "$1 needs a value" >&2; exit 2; } ;;&
     --seeds) seeds=$2; shift 2 ;;
     --a) a=$2; shift 2 ;;
     --b) b=$2; shift 2 ;;
@@ -19,6 +20,7 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
+[ -n "${seeds// /}" ] || { echo "--seeds: no seed given" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "give the scenario after --, e.g. -- --config config/bench/permutation_128.conf" >&2; exit 2; }
 for x in "$@" $a $b; do
   case "$x" in --seed | --seed=*) echo "--seed: the script sets each run's seed (use --seeds)" >&2; exit 2 ;; esac
@@ -27,7 +29,7 @@ done
 ninja -C build app/mrc-sim >/dev/null
 work=$(mktemp -d)
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 for s in $seeds; do
   pids=()
   # $a and $b are split into words on purpose: each holds several options.

@@ -16,7 +16,7 @@ done
 ninja -C build app/mrc-sim >/dev/null
 work=$(mktemp -d)
 pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; rm -rf "$work"' EXIT
+trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
 for s in $seeds; do
   pids=()
   for c in permutation_128 loss_0p1_128; do
