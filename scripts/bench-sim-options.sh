@@ -9,6 +9,7 @@
 #        --config config/bench/gray_plane_128.conf --fail-loss 0.2
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/sim-bench-common.sh
 seeds="1 2 3 4 5 6 7 8 9 10" a="" b=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -22,14 +23,10 @@ while [ $# -gt 0 ]; do
 done
 [ -n "${seeds// /}" ] || { echo "--seeds: no seed given" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "give the scenario after --, e.g. -- --config config/bench/permutation_128.conf" >&2; exit 2; }
-for x in "$@" $a $b; do
-  case "$x" in --seed | --seed=*) echo "--seed: the script sets each run's seed (use --seeds)" >&2; exit 2 ;; esac
-done
-[ -f build/build.ninja ] || meson setup build >/dev/null
-ninja -C build app/mrc-sim >/dev/null
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+# $a and $b are split into words on purpose: each holds several options.
+# shellcheck disable=SC2086
+refuse_seed "$@" $a $b
+sim_bench_setup
 for s in $seeds; do
   pids=()
   # $a and $b are split into words on purpose: each holds several options.

@@ -7,16 +7,11 @@
 # usage: scripts/bench-sim-seeds.sh [--seeds "1 2 ... 10"] [mrc-sim options...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/sim-bench-common.sh
 seeds="1 2 3 4 5 6 7 8 9 10"
 if [ "${1:-}" = --seeds ]; then seeds=$2; shift 2; fi
-for a in "$@"; do
-  case "$a" in --seed | --seed=*) echo "--seed: the script sets each run's seed (use --seeds)" >&2; exit 2 ;; esac
-done
-[ -f build/build.ninja ] || meson setup build >/dev/null
-ninja -C build app/mrc-sim >/dev/null
-work=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$work"' EXIT
+refuse_seed "$@"
+sim_bench_setup
 for s in $seeds; do
   pids=()
   for c in permutation_128 loss_0p1_128; do
