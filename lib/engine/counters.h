@@ -83,7 +83,8 @@ namespace mrc::engine {
   X(probes_parked, "EVs no longer probed by an idle QP (EngineConfig::idle_probe_limit)") \
   X(ev_min_active_kept, "EV failures ignored to keep ev_min_active EVs")                  \
   X(plane_silent, "planes taken out of spraying after consecutive losses")                \
-  X(plane_silent_disproved, "planes back in spraying: a packet sent after the losses arrived")
+  X(plane_silent_disproved, "swept planes back: a packet sent after the losses arrived")  \
+  X(plane_sweep_probed_back, "swept planes back: one of their EVs answered its probes")
 
 // Per EV of a QP.
 #define MRC_EV_COUNTERS(X)                           \

@@ -387,8 +387,20 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
     }
   }
   qp.ctr.inc(QpCtr::ev_recovered);
+  const bool scout = cold.out_by == EvCold::OutBy::sweep;
   ev_mark(qp, idx, EvState::good, now, true);
   if (!clean) ev_skip(qp, idx);
+  if (!scout) return;
+  // The swept plane answers: its other swept EVs come back with this one.
+  qp.swept_planes &= ~(1u << ev.plane);
+  for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+    if (qp.evs[i].plane != ev.plane || qp.evs[i].state != EvState::assumed_bad ||
+        qp.ev_cold[i].out_by != EvCold::OutBy::sweep)
+      continue;
+    ev_mark(qp, i, EvState::good, now, true);
+    if (!clean) ev_skip(qp, i);
+  }
+  qp.ctr.inc(QpCtr::plane_sweep_probed_back);
 }
 
 // Probes every ASSUMED_BAD EV that is due, doubling its interval each time
@@ -399,10 +411,23 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
 // 1 % loss 66 -> 74 Tb/s).
 void Engine::Impl::send_probes(Qp& qp, Nanos now) {
   Nanos next = kNever;
+  uint32_t scouted = 0;  // planes whose swept EVs have their one prober
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     const Ev& ev = qp.evs[i];
     if (ev.state != EvState::assumed_bad) continue;
     EvCold& cold = qp.ev_cold[i];
+    // A swept plane is probed through one of its swept EVs (the first), whose
+    // answer brings them all back (ev_probe_reply): a probe for each of a
+    // plane's EVs at once, answered, swept again, filled a software port's
+    // ring with probes, and the data behind them, late, set off the next sweep.
+    if (cold.out_by == EvCold::OutBy::sweep) {
+      if ((scouted >> ev.plane) & 1) {
+        cold.probe_at = kNever;
+        continue;
+      }
+      scouted |= 1u << ev.plane;
+      if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // a new scout
+    }
     if (cold.probe_at <= now && plane_up[ev.plane]) {
       if (cfg.idle_probe_limit && cold.silent_probes >= cfg.idle_probe_limit && !qp_has_work(qp)) {
         cold.probe_at = kNever;

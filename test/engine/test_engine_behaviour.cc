@@ -625,6 +625,44 @@ TEST_CASE("a plane going down mid-transfer, at the peer or here, resends what wa
   }
 }
 
+TEST_CASE("a swept plane is probed through one of its EVs, and that EV's answer brings them all back") {
+  // Each of a swept plane's EVs probed at once filled a software port's ring
+  // with probes, and the data queued behind them, late, set off the next sweep.
+  auto run = [](uint32_t threshold) {
+    auto cfg = basic();
+    cfg.engine_template.plane_silent_losses = threshold;
+    QpAttr a;
+    a.cc.algo = CcAlgo::none;
+    a.cc.fixed_window_bytes = 64 * 1024;
+    auto p = std::make_unique<Pair>(cfg, a);
+    for (uint64_t i = 0; i < 16; ++i) REQUIRE(p->net.post_send(0, p->qp.qpn_a, p->write(i, 60000, i * 60000)) == 0);
+    p->net.at(p->net.now() + 5'000, [&net = p->net] { net.set_plane_up(1, false); });
+    p->net.run_until(p->net.now() + 3'000'000);
+    REQUIRE(p->net.completions(0).size() == 16);
+    p->net.set_plane_up(1, true);
+    p->net.run_until(p->net.now() + 5'000'000);  // probes back off to at most 2 ms
+    size_t evs = 0, probed = 0, good = 0;
+    for (const auto& e : p->net.engine(0).ev_info(p->qp.qpn_a)) {
+      if (e.plane != 1) continue;
+      ++evs;
+      probed += e.ctr[EvCtr::probes] > 0;
+      good += e.state == EvState::good;
+    }
+    INFO("threshold " << threshold << ": " << probed << " of " << evs << " EVs probed");
+    CHECK(good == evs);
+    return std::tuple{p->info(0), evs, probed};
+  };
+  const auto [swept, evs, probed_swept] = run(8);
+  const auto [one_by_one, evs_too, probed_one_by_one] = run(0);
+  REQUIRE(evs > 4);
+  CHECK(swept.ctr[QpCtr::plane_silent] >= 1);
+  CHECK(swept.ctr[QpCtr::plane_sweep_probed_back] >= 1);
+  // One prober for the sweep, plus the EVs out for losses of their own.
+  CHECK(probed_swept < evs / 2);
+  CHECK(probed_one_by_one == evs_too);  // no sweep: every EV out, every EV probed
+  CHECK(swept.ctr[QpCtr::tx_probes] < one_by_one.ctr[QpCtr::tx_probes] / 2);
+}
+
 TEST_CASE("a plane that comes back up is probed at once, then at the probe interval, not on every poll") {
   Pair p(basic());
   p.net.set_plane_up(2, false);  // its links stay dead, so no probe is answered
