@@ -221,7 +221,8 @@ else:
         print(f"(EVs of healthy planes went ASSUMED_BAD too, up to {noisy} at once: packets taken for lost that were "
               f"only late, as with 2 CPUs a busy-polling worker that loses its CPU holds them up. Such a packet's arrival "
               f"put back {c.get('qp_ev_loss_disproved', 0)} EVs and {c.get('qp_plane_silent_disproved', 0)} swept "
-              f"planes at once; probes put back {c.get('qp_ev_recovered', 0)} EVs)")
+              f"planes at once; probes put back {c.get('qp_ev_recovered', 0)} EVs, and with them "
+              f"{c.get('qp_plane_sweep_probed_back', 0)} swept planes)")
     if worst < total: bad.append(f"plane {failed}: only {worst} of {total} EVs went ASSUMED_BAD")
     if back is None: bad.append(f"plane {failed}: no traffic after the link came back")
     try:
