@@ -286,6 +286,14 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   if (from == to || (from == EvState::denied && to == EvState::assumed_bad)) {
     if (from == EvState::assumed_bad && to == from) {  // a new cause: its row of answers starts again
       EvCold& c = qp.ev_cold[idx];
+      // A swept EV that its plane's scout was probing for (send_probes)
+      // is probed on its own again.
+      if (c.out_by == EvCold::OutBy::sweep && c.probe_at == kNever && !qp.probes_parked) {
+        c.probe_backoff = cfg.probe_interval;
+        c.probe_at = now + c.probe_backoff;
+        qp.next_probe_at = std::min(qp.next_probe_at, c.probe_at);
+        activate(qp);
+      }
       c.out_by = EvCold::OutBy::other;
       c.probe_answers = 0;
       c.confirming = c.probe_outstanding = false;

@@ -628,7 +628,9 @@ TEST_CASE("a plane going down mid-transfer, at the peer or here, resends what wa
 TEST_CASE("a swept plane is probed through one of its EVs, and that EV's answer brings them all back") {
   // Each of a swept plane's EVs probed at once filled a software port's ring
   // with probes, and the data queued behind them, late, set off the next sweep.
-  auto run = [](uint32_t threshold) {
+  // peer_reports: while the plane is out, its peer also reports it down,
+  // then up, which gives every EV of the plane a new cause to be out.
+  auto run = [](uint32_t threshold, bool peer_reports = false) {
     auto cfg = basic();
     cfg.engine_template.plane_silent_losses = threshold;
     QpAttr a;
@@ -639,6 +641,17 @@ TEST_CASE("a swept plane is probed through one of its EVs, and that EV's answer 
     p->net.at(p->net.now() + 5'000, [&net = p->net] { net.set_plane_up(1, false); });
     p->net.run_until(p->net.now() + 3'000'000);
     REQUIRE(p->net.completions(0).size() == 16);
+    if (peer_reports) {
+      REQUIRE(p->net.engine(1).send_endpoint_request(0, p->net.addr(0, 0), wire::EvFormat::udp, 0xC000,
+                                                     uint8_t(wire::EndpointOp::port_status_update), 1, 1u << 1, 0,
+                                                     p->net.now()));
+      p->net.poll(1);
+      p->net.run_until(p->net.now() + 10'000);
+      REQUIRE(p->info(0).ctr[QpCtr::plane_silent] >= 1);
+      p->net.engine(1).send_port_status(p->net.now());  // all up
+      p->net.poll(1);
+      p->net.run_until(p->net.now() + 10'000);
+    }
     p->net.set_plane_up(1, true);
     p->net.run_until(p->net.now() + 5'000'000);  // probes back off to at most 2 ms
     size_t evs = 0, probed = 0, good = 0;
@@ -648,7 +661,8 @@ TEST_CASE("a swept plane is probed through one of its EVs, and that EV's answer 
       probed += e.ctr[EvCtr::probes] > 0;
       good += e.state == EvState::good;
     }
-    INFO("threshold " << threshold << ": " << probed << " of " << evs << " EVs probed");
+    INFO("threshold " << threshold << (peer_reports ? ", peer reports" : "") << ": " << probed << " of " << evs
+                      << " EVs probed");
     CHECK(good == evs);
     return std::tuple{p->info(0), evs, probed};
   };
@@ -661,6 +675,9 @@ TEST_CASE("a swept plane is probed through one of its EVs, and that EV's answer 
   CHECK(probed_swept < evs / 2);
   CHECK(probed_one_by_one == evs_too);  // no sweep: every EV out, every EV probed
   CHECK(swept.ctr[QpCtr::tx_probes] < one_by_one.ctr[QpCtr::tx_probes] / 2);
+  // Swept EVs given a new cause are probed on their own again: none is left
+  // out for good (the CHECK in run).
+  run(8, true);
 }
 
 TEST_CASE("a plane that comes back up is probed at once, then at the probe interval, not on every poll") {
