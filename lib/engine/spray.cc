@@ -433,8 +433,14 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
         cold.probe_at = kNever;
         continue;
       }
-      scouted |= 1u << ev.plane;
-      if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // a new scout
+      if (cold.silent_probes >= kScoutSilentProbes && !cold.confirming) {
+        // Its own path may be what is still broken: it goes on probing
+        // for itself, and the next swept EV takes over.
+        cold.out_by = EvCold::OutBy::other;
+      } else {
+        scouted |= 1u << ev.plane;
+        if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // a new scout
+      }
     }
     if (cold.probe_at <= now && plane_up[ev.plane]) {
       if (cfg.idle_probe_limit && cold.silent_probes >= cfg.idle_probe_limit && !qp_has_work(qp)) {
