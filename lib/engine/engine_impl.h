@@ -512,6 +512,7 @@ struct Engine::Impl {
   void late_copy_evidence(Qp& qp, TxPkt& t, uint32_t reflected_ev, bool newest_sack, Nanos now);
   bool plane_usable_for(const Qp& qp, uint32_t plane) const;
   void plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now);
+  bool return_swept(Qp& qp, uint32_t plane, Nanos now, bool skip);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);

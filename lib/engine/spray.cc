@@ -260,17 +260,24 @@ void Engine::Impl::ev_loss_disproved(Qp& qp, uint16_t idx, Nanos now) {
 // come back with the plane: those it swept and those its own losses took
 // out (relabelled at the sweep); not those out for a loss before it.
 void Engine::Impl::plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now) {
+  if (return_swept(qp, plane, now, false)) qp.ctr.inc(QpCtr::plane_silent_disproved);
+}
+
+// The EVs a sweep of this plane took out go back into service (SKIP for a
+// rotation with `skip`); false if there were none or the plane is unusable.
+bool Engine::Impl::return_swept(Qp& qp, uint32_t plane, Nanos now, bool skip) {
   qp.swept_planes &= ~(1u << plane);
-  if (!plane_usable_for(qp, plane)) return;
+  if (!plane_usable_for(qp, plane)) return false;
   bool restored = false;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     if (qp.evs[i].plane != plane || qp.evs[i].state != EvState::assumed_bad ||
         qp.ev_cold[i].out_by != EvCold::OutBy::sweep)
       continue;
     ev_mark(qp, i, EvState::good, now, true);
+    if (skip) ev_skip(qp, i);
     restored = true;
   }
-  if (restored) qp.ctr.inc(QpCtr::plane_silent_disproved);
+  return restored;
 }
 
 // Up here and not reported down by the peer: EVs on a plane the peer
@@ -398,17 +405,11 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
   const bool scout = cold.out_by == EvCold::OutBy::sweep;
   ev_mark(qp, idx, EvState::good, now, true);
   if (!clean) ev_skip(qp, idx);
-  if (!scout) return;
   // The swept plane answers: its other swept EVs come back with this one.
-  qp.swept_planes &= ~(1u << ev.plane);
-  for (uint16_t i = 0; i < qp.evs.size(); ++i) {
-    if (qp.evs[i].plane != ev.plane || qp.evs[i].state != EvState::assumed_bad ||
-        qp.ev_cold[i].out_by != EvCold::OutBy::sweep)
-      continue;
-    ev_mark(qp, i, EvState::good, now, true);
-    if (!clean) ev_skip(qp, i);
+  if (scout) {
+    return_swept(qp, ev.plane, now, !clean);
+    qp.ctr.inc(QpCtr::plane_sweep_probed_back);
   }
-  qp.ctr.inc(QpCtr::plane_sweep_probed_back);
 }
 
 // Probes every ASSUMED_BAD EV that is due, doubling its interval each time
