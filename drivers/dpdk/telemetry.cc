@@ -311,6 +311,8 @@ int cmd_qp(const char*, const char* params, rte_tel_data* out) {
     rte_tel_data_add_dict_u64(out, "sq_outstanding", qi.sq_outstanding);
     rte_tel_data_add_dict_u64(out, "rq_posted", qi.rq_posted);
     rte_tel_data_add_dict_u64(out, "retries", qi.retries);
+    rte_tel_data_add_dict_u64(out, "swept_planes", qi.swept_planes);
+    rte_tel_data_add_dict_u64(out, "peer_planes_down", qi.peer_planes_down);
     for (size_t i = 0; i < qi.ctr.v.size(); ++i)
       rte_tel_data_add_dict_u64(out, std::string(engine::kQpCtrNames[i]).c_str(), qi.ctr.v[i]);
     return 0;

@@ -730,6 +730,8 @@ bool Engine::qp_info(uint32_t qpn, QpInfo& out) const {
   out.sq_outstanding = qp->sq_tail - qp->sq_head;
   out.rq_posted = qp->rq_tail - qp->rq_head;
   out.retries = qp->retries;
+  out.swept_planes = qp->swept_planes;
+  out.peer_planes_down = qp->peer_planes_down;
   out.ctr = qp->ctr;
   return true;
 }

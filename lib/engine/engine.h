@@ -188,6 +188,8 @@ struct QpInfo {
   uint32_t sq_outstanding = 0;
   uint32_t rq_posted = 0;
   uint32_t retries = 0;
+  uint32_t swept_planes = 0;      // bit p: plane p's EVs are out together (plane_silent), awaiting its proof
+  uint32_t peer_planes_down = 0;  // bit p: the peer reported plane p down
   Counters<QpCtr> ctr;
 };
 

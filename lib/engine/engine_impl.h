@@ -513,6 +513,7 @@ struct Engine::Impl {
   bool plane_usable_for(const Qp& qp, uint32_t plane) const;
   void plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now);
   bool return_swept(Qp& qp, uint32_t plane, Nanos now, bool skip);
+  void sweep_released(Qp& qp, uint32_t plane);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);

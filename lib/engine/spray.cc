@@ -280,6 +280,19 @@ bool Engine::Impl::return_swept(Qp& qp, uint32_t plane, Nanos now, bool skip) {
   return restored;
 }
 
+// A swept EV was given another cause, came back or gave up scouting. Once
+// none of the plane's EVs is out for its sweep, the sweep no longer stands in
+// the way of late packets bringing back EVs out for losses of their own
+// (ev_loss_disproved); left set, it held them out until an ACK on the plane.
+void Engine::Impl::sweep_released(Qp& qp, uint32_t plane) {
+  if (!((qp.swept_planes >> plane) & 1)) return;
+  for (uint16_t i = 0; i < qp.evs.size(); ++i)
+    if (qp.evs[i].plane == plane && qp.evs[i].state == EvState::assumed_bad &&
+        qp.ev_cold[i].out_by == EvCold::OutBy::sweep)
+      return;
+  qp.swept_planes &= ~(1u << plane);
+}
+
 // Up here and not reported down by the peer: EVs on a plane the peer
 // reported down stay ASSUMED_BAD, as their probes' answers are how the plane's
 // return is learnt if the peer's "up" is lost.
@@ -301,9 +314,11 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
         qp.next_probe_at = std::min(qp.next_probe_at, c.probe_at);
         activate(qp);
       }
+      const bool was_swept = c.out_by == EvCold::OutBy::sweep;
       c.out_by = EvCold::OutBy::other;
       c.probe_answers = 0;
       c.confirming = c.probe_outstanding = false;
+      if (was_swept) sweep_released(qp, ev.plane);
     }
     return;
   }
@@ -336,7 +351,9 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   cold.silent_probes = 0;
   cold.probe_answers = 0;
   cold.confirming = cold.probe_outstanding = false;
+  const bool was_swept = cold.out_by == EvCold::OutBy::sweep;
   cold.out_by = EvCold::OutBy::other;
+  if (was_swept) sweep_released(qp, ev.plane);
   if (to == EvState::assumed_bad) {
     qp.ctr.inc(QpCtr::ev_marked_bad);
     cold.probe_backoff = cfg.probe_interval;
@@ -438,6 +455,7 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
         // Its own path may be what is still broken: it goes on probing
         // for itself, and the next swept EV takes over.
         cold.out_by = EvCold::OutBy::other;
+        sweep_released(qp, ev.plane);
       } else {
         scouted |= 1u << ev.plane;
         if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // a new scout

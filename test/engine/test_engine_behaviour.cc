@@ -642,12 +642,17 @@ TEST_CASE("a swept plane is probed through one of its EVs, and that EV's answer 
     p->net.run_until(p->net.now() + 3'000'000);
     REQUIRE(p->net.completions(0).size() == 16);
     if (peer_reports) {
+      REQUIRE(((p->info(0).swept_planes >> 1) & 1) == 1);
       REQUIRE(p->net.engine(1).send_endpoint_request(0, p->net.addr(0, 0), wire::EvFormat::udp, 0xC000,
                                                      uint8_t(wire::EndpointOp::port_status_update), 1, 1u << 1, 0,
                                                      p->net.now()));
       p->net.poll(1);
       p->net.run_until(p->net.now() + 10'000);
       REQUIRE(p->info(0).ctr[QpCtr::plane_silent] >= 1);
+      // The report gave every swept EV a new cause: the sweep holds none of
+      // them out, so it no longer blocks their own late packets either.
+      CHECK(p->info(0).peer_planes_down == 1u << 1);
+      CHECK(p->info(0).swept_planes == 0);
       p->net.engine(1).send_port_status(p->net.now());  // all up
       p->net.poll(1);
       p->net.run_until(p->net.now() + 10'000);
