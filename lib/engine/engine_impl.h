@@ -21,11 +21,11 @@ namespace mrc::engine {
 // sent after the probe they answered (64 B WRITEs on the NIC: a resend for
 // every data packet).
 inline constexpr uint16_t kLossProbeIdBase = kMaxEvsPerQp;
+inline constexpr uint16_t loss_probe_id(uint16_t seq) { return kLossProbeIdBase | (seq & 0x7FFF); }
 // Unanswered probes after which a swept plane's scout hands over to the
 // plane's next swept EV (send_probes): 50 + 100 + 200 us with the default
 // probe interval.
 inline constexpr uint32_t kScoutSilentProbes = 3;
-inline constexpr uint16_t loss_probe_id(uint16_t seq) { return kLossProbeIdBase | (seq & 0x7FFF); }
 // Round trips without a needless resend after which the reorder window
 // falls back to its base (EngineConfig::reorder_window_growth).
 inline constexpr Nanos kReoQuietRtts = 16;
