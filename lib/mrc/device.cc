@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -15,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 
 #include "internal.h"
@@ -116,7 +119,9 @@ bool send_request(int fd, const abi::Request& rq, const int* fds, int nfds, std:
 struct Span {
   uintptr_t lo, hi;
   int prot;
-  bool ours;  // a registration's memfd
+  bool ours;                  // a registration's memfd
+  unsigned long ino;          // the mapped file's inode
+  unsigned long long offset;  // the file offset of page lo
 };
 std::vector<Span> mappings(uintptr_t start, uintptr_t end) {
   std::vector<Span> out;
@@ -126,14 +131,16 @@ std::vector<Span> mappings(uintptr_t start, uintptr_t end) {
   size_t cap = 0;
   uintptr_t at = start;
   while (at < end && getline(&line, &cap, f) > 0) {
-    unsigned long lo, hi;
+    unsigned long lo, hi, ino;
+    unsigned long long off;
     char perms[5];
-    if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3) continue;
+    if (std::sscanf(line, "%lx-%lx %4s %llx %*s %lu", &lo, &hi, perms, &off, &ino) != 5) continue;
     if (hi <= at) continue;
     if (lo > at) break;  // a hole
     const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
                      (perms[2] == 'x' ? PROT_EXEC : 0);
-    out.push_back({at, std::min<uintptr_t>(hi, end), prot, std::strstr(line, "/memfd:mrc-mr ") != nullptr});
+    out.push_back(
+        {at, std::min<uintptr_t>(hi, end), prot, std::strstr(line, "/memfd:mrc-mr ") != nullptr, ino, off + (at - lo)});
     at = hi;
   }
   std::free(line);
@@ -142,16 +149,56 @@ std::vector<Span> mappings(uintptr_t start, uintptr_t end) {
   return out;
 }
 
-// After the last deregistration over them, puts the program's private
-// pages back under [start, end), contents and protections kept: the memfd
-// is MADV_DONTFORK (a forked child would fault on them) and MAP_SHARED (no
-// child may share them either). Left alone unless every page is still the
-// registration's memfd and readable.
-void restore_private(uintptr_t start, uintptr_t end) {
-  const std::vector<Span> spans = mappings(start, end);
-  if (spans.empty()) return;
+}  // namespace
+
+// The memory under registrations, for the whole process: one memfd per
+// stretch of pages, shared by every context that registers them (a
+// multi-rail program registers a buffer on each NIC). A second memfd mapped
+// over the same pages left the first NIC placing WRITEs where the program
+// no longer looked, and reading stale bytes for its sends.
+struct Backing {
+  uintptr_t start = 0, end = 0;
+  unsigned long ino = 0;
+  int fd = -1;        // handed to the next context's NIC; -1 when not kept (kept_fd_budget)
+  uint32_t refs = 0;  // MRs over it, in every context
+};
+
+namespace {
+
+std::mutex g_reg_mu;  // held across a whole registration or deregistration
+std::vector<std::unique_ptr<Backing>> g_backings;
+uint32_t g_kept_fds = 0;
+
+// Descriptors kept for sharing stretches with further contexts: at most a
+// quarter of the program's limit, so a program registering many buffers
+// through one context does not run out.
+uint32_t kept_fd_budget() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return 1024;
+  return uint32_t(std::min<rlim_t>(r.rlim_cur / 4, UINT32_MAX));
+}
+
+// Every page of `spans` is still b's memfd, at its own offset: not unmapped
+// and replaced since (verbs would keep the old pages for the old MR and give
+// the new registration new ones).
+bool backs(const Backing& b, const std::vector<Span>& spans) {
+  if (spans.empty()) return false;
   for (const Span& sp : spans)
-    if (!sp.ours || !(sp.prot & PROT_READ)) return;
+    if (!sp.ours || sp.ino != b.ino || sp.offset != sp.lo - b.start) return false;
+  return true;
+}
+
+// After the last deregistration over them, puts the program's private
+// pages back under b's stretch, contents and protections kept: the memfd
+// is MADV_DONTFORK (a forked child would fault on them) and MAP_SHARED (no
+// child may share them either). Left alone unless every page is still b's
+// memfd and readable.
+void restore_private(const Backing& b) {
+  const uintptr_t start = b.start, end = b.end;
+  const std::vector<Span> spans = mappings(start, end);
+  if (!backs(b, spans)) return;
+  for (const Span& sp : spans)
+    if (!(sp.prot & PROT_READ)) return;
   const size_t len = end - start;
   void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (tmp == MAP_FAILED) return;  // the memfd pages stay: correct, only not forkable
@@ -408,10 +455,9 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
     errno = ENOMEM;
     return nullptr;
   }
-  // One registration at a time: two threads remapping the same page would
-  // leave the NIC on a memfd the program no longer maps.
-  std::lock_guard<std::mutex> one_at_a_time(reg_mu);
-  std::unique_lock<std::mutex> g(mu);
+  // One registration at a time in the process: two threads remapping the
+  // same page would leave a NIC on a memfd the program no longer maps.
+  std::lock_guard<std::mutex> one_at_a_time(g_reg_mu);
   // As verbs' page pinning would: memory the program cannot read, or
   // cannot write when writes are asked for, is refused (copying it below
   // would fault, or remapping it would make it writable).
@@ -431,32 +477,46 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
       errno = EFAULT;
       return nullptr;
     }
+  Backing* b = nullptr;
+  for (auto& x : g_backings)
+    if (x->start <= start && end <= x->end && backs(*x, spans)) b = x.get();
+  if (!b)
+    for (const Span& sp : spans)
+      if (sp.ours) {
+        complain(
+            "cannot register a region that partly overlaps an earlier registration's pages; "
+            "register the union once instead");
+        delete m;
+        errno = EINVAL;
+        return nullptr;
+      }
   Segment* seg = nullptr;
-  for (Segment& s : segments)
-    if (s.start <= start && end <= s.end) seg = &s;
-  for (Segment& s : segments)
-    if (!seg && start < s.end && s.start < end) {
-      complain("cannot register a region that partly overlaps an earlier registration's pages; "
-               "register the union once instead");
-      delete m;
-      errno = EINVAL;
-      return nullptr;
-    }
-  int fd = -1;
-  Segment fresh;
-  if (!seg) {
+  if (b)
+    for (Segment& sg : segments)
+      if (sg.backing == b) seg = &sg;
+  if (b && !seg && b->fd < 0) {
+    complain(
+        "these pages are registered through another context, and the descriptor that would share them "
+        "was not kept (registrations already hold a quarter of RLIMIT_NOFILE); raise the limit");
+    delete m;
+    errno = EMFILE;
+    return nullptr;
+  }
+  std::unique_ptr<Backing> fresh;
+  if (!b) {
     // The NIC must see the program's own pages with no copy per packet:
     // move them onto a memfd both sides map, at the same address here.
     void* shadow = nullptr;
-    fd = make_shared_memory("mrc-mr", end - start, shadow);
+    const int fd = make_shared_memory("mrc-mr", end - start, shadow);
     if (fd < 0) {
       delete m;
       return nullptr;
     }
     std::memcpy(shadow, reinterpret_cast<void*>(start), end - start);
     munmap(shadow, end - start);
-    if (mmap(reinterpret_cast<void*>(start), end - start, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
-        MAP_FAILED) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || mmap(reinterpret_cast<void*>(start), end - start, PROT_READ | PROT_WRITE,
+                                    MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
       const int e = errno;
       close(fd);
       delete m;
@@ -469,33 +529,49 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
     // As ibv_fork_init would: a child must not share the NIC's view of
     // these pages (MAP_SHARED would otherwise pass them on).
     madvise(reinterpret_cast<void*>(start), end - start, MADV_DONTFORK);
-    fresh = {start, end, next_segment++, 0};
+    fresh = std::make_unique<Backing>();
+    fresh->start = start;
+    fresh->end = end;
+    fresh->ino = static_cast<unsigned long>(st.st_ino);
+    fresh->fd = fd;
+    b = fresh.get();
   }
+  const uint32_t seg_id = seg ? seg->id : next_segment++;
   abi::Request rq{};
   rq.op = abi::Op::reg_mr;
   rq.reg_mr.pd = pd->handle;
   rq.reg_mr.access = access;
   rq.reg_mr.iova = iova;
   rq.reg_mr.length = length;
-  rq.reg_mr.segment = seg ? seg->id : fresh.id;
-  rq.reg_mr.offset = a - (seg ? seg->start : fresh.start);
-  rq.reg_mr.new_segment_bytes = seg ? 0 : end - start;
-  g.unlock();
+  rq.reg_mr.segment = seg_id;
+  rq.reg_mr.offset = a - b->start;
+  rq.reg_mr.new_segment_bytes = seg ? 0 : b->end - b->start;
   abi::Response rs{};
-  const int err = call(rq, rs, fd >= 0 ? &fd : nullptr, fd >= 0 ? 1 : 0);
-  if (fd >= 0) close(fd);
-  g.lock();
+  const int err = call(rq, rs, seg ? nullptr : &b->fd, seg ? 0 : 1);
   if (err) {
-    if (!seg) restore_private(fresh.start, fresh.end);  // as if never registered
+    if (fresh) {  // as if never registered
+      restore_private(*fresh);
+      close(fresh->fd);
+    }
     delete m;
     errno = err;
     return nullptr;
   }
+  if (fresh) {
+    if (g_kept_fds < kept_fd_budget()) {
+      ++g_kept_fds;
+    } else {
+      close(fresh->fd);
+      fresh->fd = -1;
+    }
+    g_backings.push_back(std::move(fresh));
+  }
   if (!seg) {
-    segments.push_back(fresh);
+    segments.push_back(Segment{b, seg_id, 0});
     seg = &segments.back();
   }
   ++seg->refs;
+  ++b->refs;
   m->handle = rs.mr.handle;
   m->segment = seg->id;
   m->mr.context = verbs();
@@ -509,18 +585,25 @@ ibv_mr* Context::reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsign
 }
 
 int Context::dereg_mr(Mr* m) {
-  std::lock_guard<std::mutex> one_at_a_time(reg_mu);
+  std::lock_guard<std::mutex> one_at_a_time(g_reg_mu);
   abi::Request rq{};
   rq.op = abi::Op::dereg_mr;
   rq.handle = m->handle;
   if (int e = release(rq); e) return fail(e);
-  std::lock_guard<std::mutex> g(mu);
-  for (size_t i = 0; i < segments.size(); ++i)
-    if (segments[i].id == m->segment && --segments[i].refs == 0) {
-      restore_private(segments[i].start, segments[i].end);
-      segments.erase(segments.begin() + long(i));
-      break;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].id != m->segment) continue;
+    Backing* b = segments[i].backing;
+    if (--segments[i].refs == 0) segments.erase(segments.begin() + long(i));
+    if (--b->refs == 0) {
+      restore_private(*b);
+      if (b->fd >= 0) {
+        close(b->fd);
+        --g_kept_fds;
+      }
+      std::erase_if(g_backings, [b](const std::unique_ptr<Backing>& x) { return x.get() == b; });
     }
+    break;
+  }
   delete m;
   return 0;
 }

@@ -73,11 +73,15 @@ struct Mr {
 };
 
 // A page-aligned stretch of the program's memory now backed by a memfd the
-// NIC maps too (registration remaps it in place).
+// NICs map too (registration remaps it in place); one per stretch in the
+// process, however many contexts register it (device.cc).
+struct Backing;
+
+// A Backing as one context's NIC knows it: the id it maps it under.
 struct Segment {
-  uintptr_t start = 0, end = 0;
+  Backing* backing = nullptr;
   uint32_t id = 0;
-  uint32_t refs = 0;
+  uint32_t refs = 0;  // this context's MRs over it
 };
 
 // What a program's ibv_context points into: libibverbs' inline wrappers
@@ -129,10 +133,9 @@ class Context {
   ibv_mr* reg_mr(Pd* pd, void* addr, size_t length, uint64_t iova, unsigned access);
   int dereg_mr(Mr* mr);
 
-  std::mutex reg_mu;  // held across a whole registration or deregistration
-  std::mutex mu;      // control calls and segment bookkeeping
-  std::vector<uint8_t> rx;  // response buffer (under mu)
-  std::vector<Segment> segments;
+  std::mutex mu;                  // control calls
+  std::vector<uint8_t> rx;        // response buffer (under mu)
+  std::vector<Segment> segments;  // under the process's registration lock (device.cc)
   uint32_t next_segment = 1;
   std::map<uint32_t, mrc_qp*> qps;  // by handle, for async events
   std::mutex qpn_mu;                     // held briefly: create, destroy, a CQ's cache miss

@@ -18,10 +18,12 @@
 #include <infiniband/verbs.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <poll.h>
 #include <pthread.h>
@@ -1037,6 +1039,177 @@ static void test_sq_accounting(void)
 	destroy_pair(&p);
 }
 
+/* One signaled WRITE on the pair and its completion, reported under `what`. */
+static void write_and_wait(struct pair *p, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey,
+			   uint64_t raddr, uint32_t rkey, const char *what)
+{
+	if (!api(post_write(p->qa, wr_id, laddr, len, lkey, raddr, rkey, 1, 0, 0), what))
+		expect_send_wc(p, wr_id, what);
+}
+
+/*
+ * One buffer registered through several contexts, as a multi-rail program
+ * registers it on each NIC: every registration keeps placing into, and
+ * sending from, the program's own bytes, also after the others are gone.
+ */
+static void test_shared_registrations(struct pair *p)
+{
+	const uint32_t len = 4096, at = 65536;
+	struct ibv_context *ctx2 = ibv_open_device(B.dev);
+	struct ibv_pd *pd2 = ctx2 ? ibv_alloc_pd(ctx2) : NULL;
+	struct ibv_mr *dst_again, *dst_on_a, *src_on_b;
+
+	if (api_ptr(pd2, "shared registrations: a second context and PD on B's device"))
+		goto out;
+	dst_again = ibv_reg_mr(pd2, B.buf, DST_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	api_ptr(dst_again, "shared registrations: B's buffer registered again through the second context");
+	dst_on_a = ibv_reg_mr(A.pd, B.buf, DST_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	api_ptr(dst_on_a, "shared registrations: B's buffer registered on A's device too");
+	B.buf[at - 1] = 0x11; /* the program's own store, after the registrations */
+	fill(A.buf, len, 21);
+	memset(B.buf + at, 0, len);
+	write_and_wait(p, 0x6001, A_ADDR(0), len, A.mr->lkey, B_ADDR(at), B.mr->rkey,
+		       "shared registrations: WRITE through B's first registration");
+	check_bytes(B.buf + at, A.buf, len, "shared registrations: the WRITE is in the program's buffer");
+	report(B.buf[at - 1] == 0x11, "shared registrations: the program's store stays", "byte 0x%02x", B.buf[at - 1]);
+
+	src_on_b = ibv_reg_mr(B.pd, A.buf, SRC_LEN, IBV_ACCESS_LOCAL_WRITE);
+	api_ptr(src_on_b, "shared registrations: A's buffer registered on B's device too");
+	fill(A.buf, len, 22); /* new bytes, written after that registration */
+	write_and_wait(p, 0x6002, A_ADDR(0), len, A.mr->lkey, B_ADDR(at + len), B.mr->rkey,
+		       "shared registrations: WRITE from A's first registration");
+	check_bytes(B.buf + at + len, A.buf, len, "shared registrations: the WRITE sends the program's new bytes");
+
+	if (dst_again)
+		api(ibv_dereg_mr(dst_again), "shared registrations: ibv_dereg_mr of the second context's");
+	if (dst_on_a)
+		api(ibv_dereg_mr(dst_on_a), "shared registrations: ibv_dereg_mr of the one on A's device");
+	if (src_on_b)
+		api(ibv_dereg_mr(src_on_b), "shared registrations: ibv_dereg_mr of A's buffer on B's device");
+	fill(A.buf, len, 23);
+	memset(B.buf + at, 0, len);
+	write_and_wait(p, 0x6003, A_ADDR(0), len, A.mr->lkey, B_ADDR(at), B.mr->rkey,
+		       "shared registrations: WRITE after the others are deregistered");
+	check_bytes(B.buf + at, A.buf, len, "shared registrations: first registrations still place and send the program's bytes");
+out:
+	if (pd2)
+		ibv_dealloc_pd(pd2);
+	if (ctx2)
+		ibv_close_device(ctx2);
+}
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n - 3; /* ".", ".." and the directory's own descriptor */
+}
+
+/*
+ * The library keeps a descriptor per registered stretch, to share it with
+ * the next context, only up to a quarter of RLIMIT_NOFILE: past that, one
+ * context's registrations still work, and registering the same pages
+ * through another context is refused with EMFILE rather than lost.
+ */
+static void test_shared_registration_limit(void)
+{
+	enum { kMaxBufs = 64 };
+	struct rlimit saved, low;
+	uint8_t *bufs[kMaxBufs];
+	struct ibv_mr *mrs[kMaxBufs], *mr;
+	int n, i, open_now = open_fds(), registered = 0;
+
+	if (open_now < 0 || getrlimit(RLIMIT_NOFILE, &saved) != 0) {
+		report(0, "shared registration limit: descriptors counted", "errno %d", errno);
+		return;
+	}
+	low = saved;
+	low.rlim_cur = (rlim_t)open_now + 40;
+	n = (int)(low.rlim_cur / 4) + 4; /* more stretches than the library may keep descriptors for */
+	if (n > kMaxBufs || low.rlim_cur > saved.rlim_max || setrlimit(RLIMIT_NOFILE, &low) != 0) {
+		report(0, "shared registration limit: a lower descriptor limit", "%d open, errno %d", open_now, errno);
+		return;
+	}
+	for (i = 0; i < n; i++) {
+		bufs[i] = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		mrs[i] = bufs[i] == MAP_FAILED ? NULL : ibv_reg_mr(A.pd, bufs[i], 4096, IBV_ACCESS_LOCAL_WRITE);
+		registered += mrs[i] != NULL;
+	}
+	report(registered == n, "shared registration limit: one context registers every buffer",
+	       "%d of %d (limit %llu)", registered, n, (unsigned long long)low.rlim_cur);
+	errno = 0;
+	mr = registered == n ? ibv_reg_mr(B.pd, bufs[n - 1], 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	report(!mr && errno == EMFILE, "shared registration limit: the last one through another context is refused (EMFILE)",
+	       "mr %p, errno %d", (void *)mr, errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+	mr = registered == n ? ibv_reg_mr(B.pd, bufs[0], 4096, IBV_ACCESS_LOCAL_WRITE) : NULL;
+	report(mr != NULL, "shared registration limit: the first one, whose descriptor was kept, registers there",
+	       "errno %d", errno);
+	if (mr)
+		ibv_dereg_mr(mr);
+	for (i = 0; i < n; i++) {
+		if (mrs[i])
+			ibv_dereg_mr(mrs[i]);
+		if (bufs[i] != MAP_FAILED)
+			munmap(bufs[i], 4096);
+	}
+	setrlimit(RLIMIT_NOFILE, &saved);
+}
+
+/*
+ * Memory unmapped under an MR that is kept, then mapped again at the same
+ * address and registered: the new MR is the new memory (verbs would keep
+ * the old pages for the old MR), and stays so when the old MR goes.
+ */
+static void test_registration_after_unmap(struct pair *p)
+{
+	const size_t len = 65536;
+	uint8_t *old = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *now;
+	struct ibv_mr *kept, *mr;
+
+	if (old == MAP_FAILED) {
+		report(0, "registration after unmap: fresh pages", "mmap failed (errno %d)", errno);
+		return;
+	}
+	kept = ibv_reg_mr(B.pd, old, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (api_ptr(kept, "registration after unmap: the first registration"))
+		return;
+	munmap(old, len);
+	now = mmap(old, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+	if (now != old) {
+		report(0, "registration after unmap: new memory at the old address", "got %p for %p", (void *)now,
+		       (void *)old);
+		if (now != MAP_FAILED)
+			munmap(now, len);
+		ibv_dereg_mr(kept);
+		return;
+	}
+	memset(now, 0, len);
+	mr = ibv_reg_mr(B.pd, now, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!api_ptr(mr, "registration after unmap: the new memory registers")) {
+		fill(A.buf, 4096, 31);
+		write_and_wait(p, 0x6101, A_ADDR(0), 4096, A.mr->lkey, (uintptr_t)now, mr->rkey,
+			       "registration after unmap: WRITE to the new MR");
+		check_bytes(now, A.buf, 4096, "registration after unmap: the WRITE is in the new memory");
+	}
+	api(ibv_dereg_mr(kept), "registration after unmap: ibv_dereg_mr of the old MR");
+	if (mr) {
+		fill(A.buf, 4096, 32);
+		write_and_wait(p, 0x6102, A_ADDR(0), 4096, A.mr->lkey, (uintptr_t)now + 4096, mr->rkey,
+			       "registration after unmap: WRITE to the new MR after the old one went");
+		check_bytes(now + 4096, A.buf, 4096, "registration after unmap: still in the new memory");
+		api(ibv_dereg_mr(mr), "registration after unmap: ibv_dereg_mr of the new MR");
+	}
+	munmap(now, len);
+}
+
 /* Fresh anonymous pages no registration has touched; NULL (reported) if none. */
 static uint8_t* fresh_pages(size_t len, int prot, const char* tag) {
   uint8_t* p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -1702,6 +1875,9 @@ int main(int argc, char **argv)
 	test_blocking(&main_pair, chan, &cq_tag);
 	test_query(&main_pair);
 	test_big(&main_pair);
+	test_shared_registrations(&main_pair);
+	test_registration_after_unmap(&main_pair);
+	test_shared_registration_limit();
 
 	/* Negative cases, each on a fresh pair. */
 	negative("bad lkey", A_ADDR(0), 64, bogus_key(A.mr->lkey), B_ADDR(0),
