@@ -236,6 +236,20 @@ struct Client {
   std::map<uint32_t, std::unique_ptr<HostQp>> qps;
 };
 
+// RESET empties a QP's queues, as in verbs: what the client posted and
+// the engine had not taken goes too, with no completion, or its slots
+// would stay taken for good. `in_engine`: what the engine dropped.
+void empty_rings(Shard& s, HostQp& q, uint32_t in_engine) {
+  const uint32_t sq = abi::load_acquire(q.sq_hdr->prod), rq = abi::load_acquire(q.rq_hdr->prod);
+  const uint32_t sq_left = sq - q.sq_cons <= q.sq_depth ? sq - q.sq_cons : 0;
+  const uint32_t rq_left = rq - q.rq_cons <= q.rq_depth ? rq - q.rq_cons : 0;
+  s.count(ShardCtr::host_wqe_reset, in_engine + sq_left + rq_left);
+  q.sq_cons = sq;
+  q.rq_cons = rq;
+  abi::store_release(q.sq_hdr->cons, q.sq_cons);
+  abi::store_release(q.rq_hdr->cons, q.rq_cons);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -1234,6 +1248,8 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
       return;
     }
     const auto rc = s.engine().modify_qp(q.qpn, to, attr, nic.now());
+    if (rc == engine::ModifyError::ok && to == engine::QpState::reset)
+      empty_rings(s, q, info.sq_outstanding + info.rq_posted);
     if (rc == engine::ModifyError::bad_transition)
       err = fmt::format("no transition from {} to {}", engine::qp_state_name(info.state), engine::qp_state_name(to));
     else if (rc != engine::ModifyError::ok)

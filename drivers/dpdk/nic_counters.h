@@ -49,6 +49,7 @@ namespace mrc::dp {
   X(host_rqe, "receive WQEs taken from host RQs")                                             \
   X(host_cqe, "completions written to host CQs")                                              \
   X(host_sq_flushed, "send WQEs completed as flushed: QP in ERROR")                           \
+  X(host_wqe_reset, "WQEs a move to RESET emptied from a QP, with no completion (verbs)")     \
   X(host_bad_sq_index, "host QPs failed: SQ producer index out of range")                     \
   X(host_bad_rq_index, "host QPs failed: RQ producer index out of range")                     \
   X(host_bad_cq_index, "host CQs failed: consumer index out of range")                        \

@@ -612,6 +612,11 @@ MRC_EXPORT int mrc_modify_qp(mrc_qp* q, ibv_qp_attr* va, int vmask, mrc_qp_attr*
   abi::Response rs{};
   if (int e = c.call(rq, rs); e) return errno = e, e;
   if (vmask & IBV_QP_STATE) q->state.store(va->qp_state, std::memory_order_release);
+  if ((vmask & IBV_QP_STATE) && va->qp_state == IBV_QPS_RESET) {
+    // The NIC emptied the queues without completions: every SQ slot is free.
+    SpinGuard g(q->sq_lock);
+    q->sq_done.store(q->sq_prod, std::memory_order_release);
+  }
   if (mmask & MRC_QP_HINT) {
     if (q->hint) q->hint->users.fetch_sub(1);
     q->hint = ma->qp_hint;

@@ -1039,6 +1039,55 @@ static void test_sq_accounting(void)
 	destroy_pair(&p);
 }
 
+/*
+ * RESET empties a QP's queues, as in verbs: WRs outstanding at the move never
+ * complete, and back in RTS the whole SQ is free again (the slots the NIC
+ * dropped used to stay taken: ENOMEM for good).
+ */
+static void test_reset_empties_queues(void)
+{
+	struct pair p;
+	struct ibv_wc wc[SQ_DEPTH];
+	struct ibv_qp_attr reset;
+	int posted = 0, rc = 0, n, good = 0, i;
+
+	if (make_pair(&p, "RESET", NULL, NULL, 0)) {
+		destroy_pair(&p);
+		return;
+	}
+	/* Without the peer's QP nothing posted now is acknowledged before the move. */
+	api(mrc_destroy_qp(p.qb), "RESET: the peer's QP destroyed");
+	p.qb = NULL;
+	while (posted < SQ_DEPTH &&
+	       !(rc = post_write(p.qa, 0x7000 + posted, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0)))
+		posted++;
+	report(posted == SQ_DEPTH, "RESET: a full SQ posted", "%d posted, then rc %d", posted, rc);
+	memset(&reset, 0, sizeof(reset));
+	reset.qp_state = IBV_QPS_RESET;
+	api(mrc_modify_qp(p.qa, &reset, IBV_QP_STATE, NULL, 0), "RESET: RTS->RESET with the SQ full");
+	n = count_cq(p.cqa, QUIET_MS);
+	report(n == 0, "RESET: the WRs outstanding at the move never complete", "%d completion(s)", n);
+	p.qb = create_qp(&B, p.cqb);
+	if (api_ptr(p.qb, "RESET: a new peer QP") || api(mrc_get_qpn(p.qb, &p.qpnb), "RESET: its QPN") ||
+	    api(to_init(p.qa), "RESET: RESET->INIT") || api(to_init(p.qb), "RESET: peer RESET->INIT") ||
+	    api(to_rtr(p.qa, p.qpnb, 0x3000, &B.gid), "RESET: INIT->RTR") ||
+	    api(to_rtr(p.qb, p.qpna, 0x2000, &A.gid), "RESET: peer INIT->RTR") || api(to_rts(p.qa, 0x2000), "RESET: RTR->RTS") ||
+	    api(to_rts(p.qb, 0x3000), "RESET: peer RTR->RTS")) {
+		destroy_pair(&p);
+		return;
+	}
+	posted = 0;
+	while (posted < SQ_DEPTH &&
+	       !(rc = post_write(p.qa, 0x7100 + posted, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0)))
+		posted++;
+	report(posted == SQ_DEPTH, "RESET: back in RTS, every SQ slot is free", "%d posted, then rc %d", posted, rc);
+	n = wait_cq(p.cqa, wc, posted, TIMEOUT_MS, "RESET: completions after RTS");
+	for (i = 0; i < n; i++)
+		good += wc[i].status == IBV_WC_SUCCESS && wc[i].wr_id == (uint64_t)(0x7100 + i);
+	report(good == posted, "RESET: those WRs complete, in order", "%d of %d", good, posted);
+	destroy_pair(&p);
+}
+
 /* One signaled WRITE on the pair and its completion, reported under `what`. */
 static void write_and_wait(struct pair *p, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey,
 			   uint64_t raddr, uint32_t rkey, const char *what)
@@ -1907,6 +1956,7 @@ int main(int argc, char **argv)
 	test_reg_mr_protections();
 	test_allocators_and_isolation();
 	test_sq_accounting();
+	test_reset_empties_queues();
 	/* The responder's QP refuses remote writes when its access flags lack them. */
 	init_access = IBV_ACCESS_LOCAL_WRITE;
 	memset(B.buf + 8192, 0x5c, 64);
