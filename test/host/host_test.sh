@@ -150,6 +150,20 @@ case $case_name in
     g++ -std=c++20 -Wall -Wextra -Werror -x c++ -fsyntax-only -I"$sdk" "$src/test/api/layout_check.c" ||
       fail "the installed headers do not match the published API (C++)"
     echo "layout: installed headers match"
+    # A program whose only verbs call is one lib_mrc.so passes on, linked the
+    # README's way (gcc's default --as-needed drops -libverbs): lib_mrc.so
+    # must bring the real libibverbs itself.
+    cat >"$work/status_str.c" <<'EOF'
+#include <infiniband/verbs.h>
+#include <stdio.h>
+int main(void) { printf("%s|%s\n", ibv_wc_status_str(IBV_WC_SUCCESS), ibv_wc_status_str(IBV_WC_REM_ACCESS_ERR)); return 0; }
+EOF
+    gcc -std=gnu11 -Wall -Werror -I"$sdk" -o "$work/status_str" "$work/status_str.c" -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" \
+      -libverbs || fail "status_str.c does not build against the installed SDK"
+    got=$("$work/status_str")
+    [ "$got" = "success|remote access error" ] ||
+      fail "ibv_wc_status_str through lib_mrc.so gave '$got' (libibverbs not loaded?)"
+    echo "layout: lib_mrc.so brings libibverbs ($got)"
     ;;
   hostile)
     build_api_test
