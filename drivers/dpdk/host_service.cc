@@ -1195,8 +1195,12 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
   } else if ((a.mask & abi::kModCcProfile) && !a.cc_profile) {
     attr.cc = o.qp_defaults.cc;
   }
-  // qp_access_flags take effect at INIT (verbs' default is none).
-  if ((a.mask & abi::kModState) && a.state == kIbvInit) attr.access = (a.mask & abi::kModAccess) ? a.access : q.access;
+  // qp_access_flags take effect at INIT (verbs' default is none); any later
+  // move, RTS->RTS too, may change them.
+  if ((a.mask & abi::kModState) && a.state == kIbvInit)
+    attr.access = (a.mask & abi::kModAccess) ? a.access : q.access;
+  else if (a.mask & abi::kModAccess)
+    attr.access = a.access;
   if (a.mask & abi::kModDgid) {
     wire::IpAddr dst;
     std::memcpy(dst.bytes.data(), a.dgid, 16);
@@ -1242,6 +1246,22 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
     }
     const engine::QpState to = (a.mask & abi::kModState) ? to_engine_state(a.state) : info.state;
     if (!(a.mask & abi::kModState) && to != engine::QpState::rts && to != engine::QpState::init) return;
+    // The engine takes each attribute on the move that needs it (INIT->RTR,
+    // RTR->RTS); one given after that move would be reported by query and
+    // never used, so it is refused, as verbs refuses it.
+    constexpr uint32_t kRtrAttrs =
+        abi::kModPmtu | abi::kModRqPsn | abi::kModDestQpn | abi::kModMprDest | abi::kModWimmDest | abi::kModDgid;
+    constexpr uint32_t kRtsAttrs = abi::kModSqPsn | abi::kModTimeout | abi::kModRetry | abi::kModMpr | abi::kModWimm;
+    const uint32_t taken = info.state == engine::QpState::rts   ? kRtrAttrs | kRtsAttrs
+                           : info.state == engine::QpState::rtr ? kRtrAttrs
+                                                                : 0;
+    if (to == engine::QpState::rts && (a.mask & taken)) {
+      err = fmt::format(
+          "path, PSN, timeout, retry, MPR and WIMM attributes cannot change once the QP is {} "
+          "(only access flags can)",
+          engine::qp_state_name(info.state));
+      return;
+    }
     if ((a.mask & abi::kModState) && a.state != kIbvReset && a.state != kIbvInit && a.state != kIbvRtr &&
         a.state != kIbvRts && a.state != kIbvErr) {
       err = fmt::format("QP state {} is not supported", a.state);

@@ -210,6 +210,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
     if (a.pmtu < kMinPmtu || a.pmtu > kMaxPmtu || a.mpr_dest == 0 || a.mpr_dest > kMaxMpr || a.max_wimm_dest == 0 ||
         (a.pmtu & 3))
       return ModifyError::bad_attr;
+    qp.attr.access = a.access;
     qp.attr.pmtu = a.pmtu;
     qp.attr.rq_psn = a.rq_psn & kPsnMask;
     qp.attr.dest_qpn = a.dest_qpn & kPsnMask;
@@ -238,7 +239,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
     qp.state = QpState::rtr;
     return ModifyError::ok;
   }
-  // RTS
+  // RTS; RTS->RTS changes the access flags alone.
   if (from == QpState::rtr) {
     if (a.timeout > 24 || a.retry_linear > 7 || a.retry_exp > 25 || a.mpr == 0 || a.mpr > kMaxMpr || a.max_wimm == 0)
       return ModifyError::bad_attr;
@@ -271,6 +272,7 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
       qp.tmpl[p * 2 + 1].prepare(addr, uint8_t(mrc ? Opcode::mrc_write_last_imm : Opcode::rc_write_last_imm), false);
     }
   }
+  qp.attr.access = a.access;
   qp.state = QpState::rts;
   return ModifyError::ok;
 }

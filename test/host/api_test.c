@@ -477,6 +477,14 @@ static int expect_send_wc(struct pair *p, uint64_t wr_id, const char *what)
 	return wc.status == IBV_WC_SUCCESS ? 0 : -1;
 }
 
+/* One signaled WRITE on the pair and its completion, reported under `what`. */
+static void write_and_wait(struct pair *p, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey,
+			   uint64_t raddr, uint32_t rkey, const char *what)
+{
+	if (!api(post_write(p->qa, wr_id, laddr, len, lkey, raddr, rkey, 1, 0, 0), what))
+		expect_send_wc(p, wr_id, what);
+}
+
 static void expect_state(struct mrc_qp *qp, enum ibv_qp_state want,
 			 const char *what)
 {
@@ -1088,12 +1096,71 @@ static void test_reset_empties_queues(void)
 	destroy_pair(&p);
 }
 
-/* One signaled WRITE on the pair and its completion, reported under `what`. */
-static void write_and_wait(struct pair *p, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey,
-			   uint64_t raddr, uint32_t rkey, const char *what)
+/*
+ * RTS->RTS may change the access flags alone, as in verbs, and the change
+ * holds: remote writes stop once the responder takes them away (with the
+ * state in the mask and without). Attributes the QP took on its way to RTS
+ * are refused there, not reported by query and never used.
+ */
+static void test_access_in_rts(void)
 {
-	if (!api(post_write(p->qa, wr_id, laddr, len, lkey, raddr, rkey, 1, 0, 0), what))
-		expect_send_wc(p, wr_id, what);
+	static const char *forms[2] = {"RTS->RTS", "modify without a state"};
+	struct pair p;
+	struct ibv_qp_attr a, q;
+	struct mrc_qp_attr m;
+	struct mrc_qp_init_attr init;
+	struct ibv_wc wc;
+	char what[160];
+	int form, n, rc;
+
+	for (form = 0; form < 2; form++) {
+		if (make_pair(&p, forms[form], NULL, NULL, 0)) {
+			destroy_pair(&p);
+			return;
+		}
+		memset(&a, 0, sizeof(a));
+		a.qp_state = IBV_QPS_RTS;
+		a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
+		snprintf(what, sizeof(what), "%s: the responder's remote write taken away", forms[form]);
+		api(mrc_modify_qp(p.qb, &a, (form == 0 ? IBV_QP_STATE : 0) | IBV_QP_ACCESS_FLAGS, NULL, 0), what);
+		memset(&q, 0, sizeof(q));
+		rc = mrc_query_qp(p.qb, &q, IBV_QP_ACCESS_FLAGS, NULL, 0, &init);
+		snprintf(what, sizeof(what), "%s: query reports the new access flags", forms[form]);
+		report(rc == 0 && q.qp_access_flags == IBV_ACCESS_LOCAL_WRITE, what, "rc %d, flags 0x%x", rc,
+		       q.qp_access_flags);
+		memset(B.buf + 12288, 0x5c, 64);
+		rc = post_write(p.qa, 0x7201, A_ADDR(0), 64, A.mr->lkey, B_ADDR(12288), B.mr->rkey, 1, 0, 0);
+		n = rc ? 0 : wait_cq(p.cqa, &wc, 1, TIMEOUT_MS, what);
+		snprintf(what, sizeof(what), "%s: a WRITE to it fails with a remote access error", forms[form]);
+		report(n == 1 && wc.status == IBV_WC_REM_ACCESS_ERR, what, "rc %d, %d completion(s), status %d", rc, n,
+		       n == 1 ? (int)wc.status : -1);
+		snprintf(what, sizeof(what), "%s: and leaves the responder's bytes alone", forms[form]);
+		report(B.buf[12288] == 0x5c && B.buf[12288 + 63] == 0x5c, what, "byte 0x%02x", B.buf[12288]);
+		destroy_pair(&p);
+	}
+
+	if (make_pair(&p, "attributes past their move", NULL, NULL, 0)) {
+		destroy_pair(&p);
+		return;
+	}
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.path_mtu = IBV_MTU_256;
+	errno = 0;
+	rc = mrc_modify_qp(p.qa, &a, IBV_QP_STATE | IBV_QP_PATH_MTU, NULL, 0);
+	report(rc == EINVAL, "RTS->RTS with a path MTU is refused (EINVAL)", "rc %d", rc);
+	memset(&m, 0, sizeof(m));
+	m.timeout = 3;
+	rc = mrc_modify_qp(p.qa, &a, IBV_QP_STATE, &m, MRC_QP_TIMEOUT);
+	report(rc == EINVAL, "RTS->RTS with MRC_QP_TIMEOUT is refused (EINVAL)", "rc %d", rc);
+	memset(&q, 0, sizeof(q));
+	memset(&m, 0, sizeof(m));
+	rc = mrc_query_qp(p.qa, &q, IBV_QP_PATH_MTU, &m, MRC_QP_TIMEOUT, &init);
+	report(rc == 0 && q.path_mtu == path_mtu && m.timeout != 3, "query still reports the attributes in use",
+	       "rc %d, path MTU %d, timeout %u", rc, mtu_bytes(q.path_mtu), m.timeout);
+	write_and_wait(&p, 0x7202, A_ADDR(0), 64, A.mr->lkey, B_ADDR(12288), B.mr->rkey,
+		       "attributes past their move: the QP still works");
+	destroy_pair(&p);
 }
 
 /*
@@ -1957,6 +2024,7 @@ int main(int argc, char **argv)
 	test_allocators_and_isolation();
 	test_sq_accounting();
 	test_reset_empties_queues();
+	test_access_in_rts();
 	/* The responder's QP refuses remote writes when its access flags lack them. */
 	init_access = IBV_ACCESS_LOCAL_WRITE;
 	memset(B.buf + 8192, 0x5c, 64);
