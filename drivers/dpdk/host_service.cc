@@ -755,7 +755,7 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
   }
   d.max_qp = std::min<uint32_t>(o.max_qps_per_client, dev.spec().engine.max_qps * uint32_t(dev.shards().size()));
   d.max_cq = 4096;
-  d.max_mr = 1u << 16;
+  d.max_mr = engine::kMaxMrs;
   d.max_pd = 1024;
   d.max_sq_depth = o.max_caps.max_send_wr;
   d.max_rq_depth = o.max_caps.max_recv_wr;
@@ -923,9 +923,10 @@ std::string HostService::Impl::reg_mr(Client& c, const abi::RegMr& r, int fd, ab
   // Verbs: remote write needs local write.
   if ((r.access & 0x2) && !(r.access & 0x1)) return "IBV_ACCESS_REMOTE_WRITE requires IBV_ACCESS_LOCAL_WRITE";
   if (r.length == 0 || r.iova + r.length < r.iova) return "empty or wrapping region";
-  if (c.mrs.size() >= (1u << 16)) {
+  if (c.mrs.size() >= engine::kMaxMrs) {
+    ctr.inc(HostCtr::mr_table_full);
     rs.err = ENOMEM;
-    return "too many memory regions";
+    return fmt::format("the device holds at most {} memory regions", engine::kMaxMrs);
   }
   auto seg = c.segments.find(r.segment);
   if (r.new_segment_bytes) {
@@ -954,8 +955,9 @@ std::string HostService::Impl::reg_mr(Client& c, const abi::RegMr& r, int fd, ab
       s.map.unmap();
       c.segments.erase(seg);
     }
+    ctr.inc(HostCtr::mr_table_full);
     rs.err = ENOMEM;
-    return "the device's region table is full";
+    return fmt::format("the device's region table is full ({} regions, all clients)", engine::kMaxMrs);
   }
   ++s.refs;
   const uint32_t h = new_handle(c);

@@ -76,6 +76,7 @@ namespace mrc::dp {
   X(requests_failed, "control requests that failed (errno returned)")                    \
   X(bad_memfds, "memory refused: not a sealed memfd of the announced size")              \
   X(mrs_registered, "memory regions registered")                                         \
+  X(mr_table_full, "memory regions refused: the device's region table was full")         \
   X(qps_created, "host QPs created")                                                     \
   X(async_events, "async events sent to clients")                                        \
   X(async_events_dropped, "async events lost: no events connection, or its buffer full") \

@@ -201,6 +201,10 @@ struct EvInfo {
   Counters<EvCtr> ctr;
 };
 
+// Memory regions one engine (and so one device: every lcore's engine holds
+// the device's regions) can hold at once.
+inline constexpr uint32_t kMaxMrs = 4095;
+
 class Engine {
  public:
   Engine(const EngineConfig& cfg, Env& env);

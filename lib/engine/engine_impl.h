@@ -49,6 +49,7 @@ struct Mr {
   }
 };
 inline constexpr unsigned kMrIndexBits = 12;
+static_assert(kMaxMrs == (1u << kMrIndexBits) - 1, "slot 0 is never a region's");
 
 // One outstanding PSN at the requester.
 enum TxPktFlags : uint8_t {

@@ -1048,6 +1048,46 @@ static void test_sq_accounting(void)
 }
 
 /*
+ * The device holds as many memory regions as ibv_query_device says (its
+ * table is the device's, for all clients), refuses the next with ENOMEM,
+ * and takes regions again once some are freed.
+ */
+static void test_mr_limit(void)
+{
+	struct ibv_device_attr attr;
+	struct ibv_mr **mrs;
+	int i, n = 0, max, e = 0;
+
+	if (api(ibv_query_device(A.ctx, &attr), "MR limit: ibv_query_device"))
+		return;
+	max = attr.max_mr;
+	mrs = calloc((size_t)max + 1, sizeof(*mrs));
+	if (!mrs || max <= 0 || max > (1 << 20)) {
+		report(0, "MR limit: max_mr is usable", "max_mr %d", max);
+		free(mrs);
+		return;
+	}
+	for (i = 0; i <= max; i++) {
+		mrs[i] = ibv_reg_mr(A.pd, A.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+		if (!mrs[i]) {
+			e = errno;
+			break;
+		}
+		n++;
+	}
+	/* A.mr is one of the device's regions already. */
+	report(n == max - 1 && e == ENOMEM, "MR limit: max_mr regions in all, then ENOMEM",
+	       "%d more after A's own, of max_mr %d; errno %d", n, max, e);
+	for (i = 0; i < n; i++)
+		ibv_dereg_mr(mrs[i]);
+	mrs[0] = ibv_reg_mr(A.pd, A.buf, 4096, IBV_ACCESS_LOCAL_WRITE);
+	report(mrs[0] != NULL, "MR limit: freed regions register again", "errno %d", errno);
+	if (mrs[0])
+		ibv_dereg_mr(mrs[0]);
+	free(mrs);
+}
+
+/*
  * RESET empties a QP's queues, as in verbs: WRs outstanding at the move never
  * complete, and back in RTS the whole SQ is free again (the slots the NIC
  * dropped used to stay taken: ENOMEM for good).
@@ -2024,6 +2064,7 @@ int main(int argc, char **argv)
 	test_allocators_and_isolation();
 	test_sq_accounting();
 	test_reset_empties_queues();
+	test_mr_limit();
 	test_access_in_rts();
 	/* The responder's QP refuses remote writes when its access flags lack them. */
 	init_access = IBV_ACCESS_LOCAL_WRITE;
