@@ -922,7 +922,7 @@ std::string HostService::Impl::reg_mr(Client& c, const abi::RegMr& r, int fd, ab
   if (r.access & ~kAccessKnown) return fmt::format("unknown access flags {:#x}", r.access & ~kAccessKnown);
   // Verbs: remote write needs local write.
   if ((r.access & 0x2) && !(r.access & 0x1)) return "IBV_ACCESS_REMOTE_WRITE requires IBV_ACCESS_LOCAL_WRITE";
-  if (r.length == 0 || r.iova + r.length < r.iova) return "empty or wrapping region";
+  if (!engine::region_valid(r.iova, r.length)) return "empty or wrapping region";
   if (c.mrs.size() >= engine::kMaxMrs) {
     ctr.inc(HostCtr::mr_table_full);
     rs.err = ENOMEM;

@@ -82,7 +82,7 @@ const Counters<QpCtr>& Engine::retired_qp_counters() const { return impl_->retir
 bool Engine::reg_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t length, uint32_t access, uint32_t& lkey,
                     uint32_t& rkey) {
   auto& I = *impl_;
-  if (!host_ptr || length == 0 || iova + length < iova) return false;
+  if (!host_ptr || !region_valid(iova, length)) return false;
   for (uint32_t slot = 1; slot < I.mrs.size(); ++slot) {  // slot 0 unused: key 0 is never valid
     Mr& m = I.mrs[slot];
     if (m.valid) continue;
@@ -102,7 +102,7 @@ bool Engine::import_mr(uint32_t pd, void* host_ptr, uint64_t iova, uint64_t leng
                         uint32_t rkey) {
   auto& I = *impl_;
   const uint32_t slot = lkey & ((1u << kMrIndexBits) - 1);
-  if (!host_ptr || length == 0 || iova + length < iova || slot == 0 || slot != (rkey & ((1u << kMrIndexBits) - 1)))
+  if (!host_ptr || !region_valid(iova, length) || slot == 0 || slot != (rkey & ((1u << kMrIndexBits) - 1)))
     return false;
   Mr& m = I.mrs[slot];
   if (m.valid) return false;

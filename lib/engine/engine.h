@@ -204,6 +204,9 @@ struct EvInfo {
 // Memory regions one engine (and so one device: every lcore's engine holds
 // the device's regions) can hold at once.
 inline constexpr uint32_t kMaxMrs = 4095;
+// A region of `length` bytes at `iova` is not empty and does not wrap: it may
+// end exactly at 2^64.
+inline bool region_valid(uint64_t iova, uint64_t length) { return length != 0 && iova + (length - 1) >= iova; }
 
 class Engine {
  public:

@@ -45,8 +45,12 @@ uint64_t bits_from(const Qp& qp, uint32_t base) {
 }  // namespace
 
 const Mr* Engine::Impl::check_remote_write(Qp& qp, uint32_t rkey, uint64_t va, uint64_t len, uint8_t& nak) {
-  const Mr* mr = find_rkey(rkey, qp.pd);
+  // A zero-length WRITE touches no memory, and its R_Key and VA need not be
+  // valid (IBTA C9-88): only the QP's own permission is checked.
+  static const Mr kNoBytes{};
+  const Mr* mr = len ? find_rkey(rkey, qp.pd) : &kNoBytes;
   QpCtr refused;
+  if (!len && (qp.attr.access & kAccessRemoteWrite)) return mr;
   if (!mr)
     refused = QpCtr::rx_drop_bad_rkey;
   else if (!(mr->access & kAccessRemoteWrite) || !(qp.attr.access & kAccessRemoteWrite))

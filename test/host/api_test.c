@@ -477,6 +477,15 @@ static int expect_send_wc(struct pair *p, uint64_t wr_id, const char *what)
 	return wc.status == IBV_WC_SUCCESS ? 0 : -1;
 }
 
+/* Fresh anonymous pages no registration has touched; NULL (reported) if none. */
+static uint8_t* fresh_pages(size_t len, int prot, const char* tag) {
+  uint8_t* p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+  if (p != MAP_FAILED) return p;
+  report(0, tag, "mmap of %zu bytes failed", len);
+  return NULL;
+}
+
 /* One signaled WRITE on the pair and its completion, reported under `what`. */
 static void write_and_wait(struct pair *p, uint64_t wr_id, uint64_t laddr, uint32_t len, uint32_t lkey,
 			   uint64_t raddr, uint32_t rkey, const char *what)
@@ -1048,6 +1057,54 @@ static void test_sq_accounting(void)
 }
 
 /*
+ * A zero-length WRITE touches no memory, so its R_Key and address need not
+ * be valid (IBTA C9-88, as Linux rxe does): it completes, and with an
+ * immediate it still delivers the immediate.
+ */
+static void test_zero_length_any_key(void)
+{
+	struct pair p;
+	struct ibv_wc wc;
+	int n;
+
+	if (make_pair(&p, "zero length", NULL, NULL, 0)) {
+		destroy_pair(&p);
+		return;
+	}
+	write_and_wait(&p, 0x7301, A_ADDR(0), 0, A.mr->lkey, 0xdead0000beef0000ull, bogus_key(B.mr->rkey),
+		       "zero length: WRITE with a bogus R_Key and address completes");
+	api(post_recv0(p.qb, 0x7302), "zero length: a receive posted");
+	if (!api(post_write(p.qa, 0x7303, A_ADDR(0), 0, A.mr->lkey, 0, 0, 1, 1, 0x5a5a), "zero length: WRITE_IMM, key 0"))
+		expect_send_wc(&p, 0x7303, "zero length: WRITE_IMM with R_Key 0 completes");
+	n = wait_cq(p.cqb, &wc, 1, TIMEOUT_MS, "zero length: the responder's completion");
+	report(n == 1 && wc.status == IBV_WC_SUCCESS && wc.wr_id == 0x7302 && (wc.wc_flags & IBV_WC_WITH_IMM) &&
+		       ntohl(wc.imm_data) == 0x5a5a && wc.byte_len == 0,
+	       "zero length: the immediate arrives, 0 bytes", "%d completion(s), status %d, imm 0x%x", n,
+	       n == 1 ? (int)wc.status : -1, n == 1 ? ntohl(wc.imm_data) : 0);
+	destroy_pair(&p);
+}
+
+/* A region whose I/O addresses end exactly at 2^64 registers, and its last bytes take a WRITE. */
+static void test_region_at_top(struct pair *p)
+{
+	const size_t len = 65536;
+	uint8_t *mem = fresh_pages(len, PROT_READ | PROT_WRITE, "region at 2^64: fresh pages");
+	struct ibv_mr *mr;
+
+	if (!mem)
+		return;
+	mr = ibv_reg_mr_iova(B.pd, mem, len, (uint64_t)0 - len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	if (!api_ptr(mr, "region at 2^64: ibv_reg_mr_iova ending at 2^64")) {
+		fill(A.buf, 64, 41);
+		write_and_wait(p, 0x7401, A_ADDR(0), 64, A.mr->lkey, (uint64_t)0 - 64, mr->rkey,
+			       "region at 2^64: WRITE to its last 64 bytes");
+		check_bytes(mem + len - 64, A.buf, 64, "region at 2^64: the bytes are at the region's end");
+		api(ibv_dereg_mr(mr), "region at 2^64: ibv_dereg_mr");
+	}
+	munmap(mem, len);
+}
+
+/*
  * The device holds as many memory regions as ibv_query_device says (its
  * table is the device's, for all clients), refuses the next with ENOMEM,
  * and takes regions again once some are freed.
@@ -1364,15 +1421,6 @@ static void test_registration_after_unmap(struct pair *p)
 		api(ibv_dereg_mr(mr), "registration after unmap: ibv_dereg_mr of the new MR");
 	}
 	munmap(now, len);
-}
-
-/* Fresh anonymous pages no registration has touched; NULL (reported) if none. */
-static uint8_t* fresh_pages(size_t len, int prot, const char* tag) {
-  uint8_t* p = mmap(NULL, len, prot, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-  if (p != MAP_FAILED) return p;
-  report(0, tag, "mmap of %zu bytes failed", len);
-  return NULL;
 }
 
 /*
@@ -2033,6 +2081,7 @@ int main(int argc, char **argv)
 	test_big(&main_pair);
 	test_shared_registrations(&main_pair);
 	test_registration_after_unmap(&main_pair);
+	test_region_at_top(&main_pair);
 	test_shared_registration_limit();
 
 	/* Negative cases, each on a fresh pair. */
@@ -2065,6 +2114,7 @@ int main(int argc, char **argv)
 	test_sq_accounting();
 	test_reset_empties_queues();
 	test_mr_limit();
+	test_zero_length_any_key();
 	test_access_in_rts();
 	/* The responder's QP refuses remote writes when its access flags lack them. */
 	init_access = IBV_ACCESS_LOCAL_WRITE;
