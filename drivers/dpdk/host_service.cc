@@ -272,6 +272,9 @@ struct HostService::Impl {
   uint32_t next_pd = 16;
   std::mt19937_64 rng{std::random_device{}()};
   int wake = -1;
+  // Held back so that a connection can still be answered when every other
+  // descriptor is taken (accept_on).
+  int spare_fd = -1;
   std::mutex ev_mu;
   std::vector<std::pair<uint64_t, abi::Event>> ev_queue;  // from lcores
   std::atomic<bool> stopping{false};
@@ -555,9 +558,11 @@ namespace {
 bool send_msg(int fd, const void* p, size_t n) { return send(fd, p, n, MSG_NOSIGNAL) == ssize_t(n); }
 
 // One request (and its payload) with up to two descriptors; returns bytes,
-// 0 on hang-up, -1 on error.
-ssize_t recv_request(int fd, std::vector<uint8_t>& buf, int fds[2], int& nfds) {
+// 0 on hang-up, -1 on error. `fds_lost`: the request came whole, but not all
+// its descriptors (we are out of them, or it sent more than two).
+ssize_t recv_request(int fd, std::vector<uint8_t>& buf, int fds[2], int& nfds, bool* fds_lost = nullptr) {
   nfds = 0;
+  if (fds_lost) *fds_lost = false;
   buf.resize(sizeof(abi::Request) + abi::kMaxPayload);
   alignas(cmsghdr) char ctl[CMSG_SPACE(2 * sizeof(int))];
   iovec iov{buf.data(), buf.size()};
@@ -579,6 +584,10 @@ ssize_t recv_request(int fd, std::vector<uint8_t>& buf, int fds[2], int& nfds) {
       else
         close(f);
     }
+  }
+  if ((m.msg_flags & MSG_CTRUNC) && !(m.msg_flags & MSG_TRUNC) && fds_lost) {
+    *fds_lost = true;
+    return n;
   }
   if (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
     errno = EMSGSIZE;  // the caller closes the descriptors and the connection
@@ -680,8 +689,35 @@ void HostService::Impl::loop() {
 }
 
 void HostService::Impl::accept_on(size_t d) {
-  const int fd = accept4(listen_fds[d], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-  if (fd < 0) return;
+  int fd = accept4(listen_fds[d], nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0 && (errno == EMFILE || errno == ENFILE) && spare_fd >= 0) {
+    // Out of descriptors: the spare takes the connection just long enough to
+    // say so. Left in the backlog it kept the listening socket readable, so
+    // this thread spun, and its client waited for ever.
+    close(spare_fd);
+    fd = accept4(listen_fds[d], nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) {
+      pollfd hello{fd, POLLIN, 0};
+      poll(&hello, 1, 100);  // its first request, so that the answer is read as the reply to it
+      std::vector<uint8_t> buf;
+      int fds[2], nfds = 0;
+      recv_request(fd, buf, fds, nfds);
+      for (int k = 0; k < nfds; ++k) close(fds[k]);
+      abi::Response rs{};
+      rs.err = EMFILE;
+      fmt::format_to_n(rs.message, sizeof rs.message - 1, "mrc-nic is out of file descriptors; try again later");
+      send_response(fd, rs, {});
+      close(fd);
+      ctr.inc(HostCtr::clients_refused_fds);
+    }
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return;
+  }
+  if (fd < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      ctr.inc(HostCtr::accepts_failed);
+    return;
+  }
   pending[fd] = nic.devices()[d].get();
   pending_since[fd] = std::chrono::steady_clock::now();
 }
@@ -772,7 +808,8 @@ std::string HostService::Impl::hello(Client& c, abi::Response& rs) {
 
 bool HostService::Impl::serve(Client& c) {
   int fds[2] = {-1, -1}, nfds = 0;
-  const ssize_t n = recv_request(c.fd, rx_buf, fds, nfds);
+  bool fds_lost = false;
+  const ssize_t n = recv_request(c.fd, rx_buf, fds, nfds, &fds_lost);
   if (n <= 0)
     for (int k = 0; k < nfds; ++k) close(fds[k]);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
@@ -786,6 +823,14 @@ bool HostService::Impl::serve(Client& c) {
     rs.err = EPROTO;
     fmt::format_to_n(rs.message, sizeof rs.message - 1, "request of {} bytes, expected {} and its payload", n,
                      sizeof rq);
+  } else if (fds_lost) {
+    // Most likely we are out of descriptors: the client is not to blame,
+    // and keeps its connection and everything it made.
+    ctr.inc(HostCtr::requests_fds_lost);
+    rs.err = EMFILE;
+    fmt::format_to_n(rs.message, sizeof rs.message - 1,
+                     "the request's descriptors could not be taken (mrc-nic is out of them, or more than 2 "
+                     "were sent)");
   } else {
     handle(c, rq, {rx_buf.data() + sizeof rq, rq.payload_len}, fds, nfds, rs, out);
   }
@@ -1932,6 +1977,7 @@ HostService::HostService(Nic& nic, HostOptions opts) : impl_(std::make_unique<Im
   if (stat(I.o.run_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
     throw std::runtime_error(fmt::format("host: {} is not a directory we own", I.o.run_dir));
   I.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  I.spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   for (auto& dp : nic.devices()) {
     const std::string path = socket_path(dp->name());
     sockaddr_un sa{};
@@ -1982,6 +2028,7 @@ HostService::~HostService() {
   for (auto& p : impl_->paths) unlink(p.c_str());
   for (int fd : impl_->listen_fds) close(fd);
   if (impl_->wake >= 0) close(impl_->wake);
+  if (impl_->spare_fd >= 0) close(impl_->spare_fd);
 }
 
 void HostService::start() {

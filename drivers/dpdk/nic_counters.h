@@ -69,17 +69,20 @@ namespace mrc::dp {
 
 // Written by the host service's control thread (ep_responses_dropped by the
 // workers that hear the responses, under the service's control lock).
-#define MRC_HOST_COUNTERS(X)                                                             \
-  X(clients_connected, "host clients that connected")                                    \
-  X(clients_reclaimed, "host clients gone; their QPs, CQs and MRs reclaimed")            \
-  X(bad_requests, "control requests refused as malformed")                               \
-  X(requests_failed, "control requests that failed (errno returned)")                    \
-  X(bad_memfds, "memory refused: not a sealed memfd of the announced size")              \
-  X(mrs_registered, "memory regions registered")                                         \
-  X(mr_table_full, "memory regions refused: the device's region table was full")         \
-  X(qps_created, "host QPs created")                                                     \
-  X(async_events, "async events sent to clients")                                        \
-  X(async_events_dropped, "async events lost: no events connection, or its buffer full") \
+#define MRC_HOST_COUNTERS(X)                                                              \
+  X(clients_connected, "host clients that connected")                                     \
+  X(clients_reclaimed, "host clients gone; their QPs, CQs and MRs reclaimed")             \
+  X(clients_refused_fds, "host connections refused (EMFILE): mrc-nic out of descriptors") \
+  X(accepts_failed, "host connections lost: accept() failed with no spare descriptor")    \
+  X(requests_fds_lost, "requests refused (EMFILE): their descriptors could not be taken") \
+  X(bad_requests, "control requests refused as malformed")                                \
+  X(requests_failed, "control requests that failed (errno returned)")                     \
+  X(bad_memfds, "memory refused: not a sealed memfd of the announced size")               \
+  X(mrs_registered, "memory regions registered")                                          \
+  X(mr_table_full, "memory regions refused: the device's region table was full")          \
+  X(qps_created, "host QPs created")                                                      \
+  X(async_events, "async events sent to clients")                                         \
+  X(async_events_dropped, "async events lost: no events connection, or its buffer full")  \
   X(ep_responses_dropped, "endpoint responses past the 4,096 kept while an ep_send waits")
 
 #define MRC_X_ENUM(name, ...) name,

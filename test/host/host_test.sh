@@ -29,6 +29,11 @@
 #   ctl       test/host/ctl_test.c, a C controller on mrc_ctl.h built against
 #             the installed SDK: GEN EV profile expansion, NSCC profile, EV
 #             deny, EV events after a plane fails under load, probes
+#   nic-fds   test/host/fds_test.c against an mrc-nic with a low descriptor
+#             limit: a request whose descriptors it cannot take fails with
+#             EMFILE and the client keeps its connection; a new client is
+#             refused with EMFILE at once (it used to wait for ever while the
+#             control thread spun); both counted, and both work once freed
 #   ctl-eperm the same program without CAP_NET_ADMIN: every controller call
 #             that changes something is refused with EPERM
 set -euo pipefail
@@ -219,6 +224,19 @@ EOF
     # The server lost its peer; the device keeps serving new clients.
     build_api_test
     run_api_test after-kill
+    ;;
+  nic-fds)
+    install_sdk
+    gcc -std=gnu11 -O2 -Wall -Wextra -Werror -I"$sdk" -o "$work/fds_test" "$src/test/host/fds_test.c" \
+      -Wl,-rpath,"$sdk" "$sdk/lib_mrc.so" -libverbs || fail "fds_test.c does not build against the installed SDK"
+    # About 25 descriptors are the NIC's own; the rest go to the client's CQs.
+    ulimit -n 96
+    start_nic
+    timeout 120 "$work/fds_test" mrc0 | tee "$work/fds.txt" || fail "fds_test failed"
+    lost=$(counter /mrc/host requests_fds_lost)
+    refused=$(counter /mrc/host clients_refused_fds)
+    echo "requests_fds_lost $lost, clients_refused_fds $refused"
+    [ "$lost" -ge 1 ] && [ "$refused" -ge 1 ] || fail "the refusals were not counted"
     ;;
   nic-death | nic-stall | nic-busy)
     install_sdk
