@@ -153,6 +153,18 @@ struct HostQp {
   uint32_t sgid_index = 0, access = 0;
   uint64_t ev_profile = 0, cc_profile = 0;  // controller profiles the QP uses (0: the device's own)
   Mapping map;
+  uint32_t resets = 0;  // moves to RESET: each drops the engine's WRs and restarts its SQ count
+};
+
+// A client's released memory that WRs posted before the release may still
+// read (the engine holds raw pointers into regions for its WRs in flight):
+// unmapped once every QP that had WRs outstanding has completed them.
+struct Retired {
+  Mapping map;
+  struct Wait {
+    uint32_t qp_handle, resets, sq_posted;
+  };
+  std::vector<Wait> waits;
 };
 
 // Controller state of one device (mrc_ctl.h): profiles outlive the
@@ -226,7 +238,7 @@ struct Client {
   bool admin = false;  // CAP_NET_ADMIN: may use the controller API
   uint32_t next_handle = 1;  // HostService::Impl::new_handle()
   std::map<uint32_t, Segment> segments;
-  std::vector<Mapping> retired;  // released segments a requester may still read
+  std::vector<Retired> retired;  // released segments a requester may still read
   std::set<uint32_t> pds;
   struct Mr {
     uint32_t lkey, rkey, pd, segment;
@@ -633,7 +645,9 @@ void HostService::Impl::loop() {
       pfds.push_back({c->fd, POLLIN, 0});
       if (c->events_fd >= 0) pfds.push_back({c->events_fd, POLLIN, 0});
     }
-    if (poll(pfds.data(), pfds.size(), 100) < 0 && errno != EINTR) break;
+    bool holding = false;  // released memory that waits on WRs (release_retired)
+    for (auto& [id, c] : clients) holding |= !c->retired.empty();
+    if (poll(pfds.data(), pfds.size(), holding ? 10 : 100) < 0 && errno != EINTR) break;
     nic.tick_control();
     check_links();
     size_t i = 0;
@@ -684,6 +698,8 @@ void HostService::Impl::loop() {
       reclaim(*clients[id]);
       clients.erase(id);
     }
+    if (holding)
+      for (auto& [id, c] : clients) release_retired(*c);
     for (size_t d : accepting) accept_on(d);
   }
 }
@@ -1018,9 +1034,14 @@ std::string HostService::Impl::dereg_mr(Client& c, uint32_t handle) {
   c.dev->dereg_mr(it->second.lkey);
   auto seg = c.segments.find(it->second.segment);
   if (seg != c.segments.end() && --seg->second.refs == 0) {
-    // A requester may still hold pointers into it for WRs in flight; unmap
-    // once the client has no QPs.
-    c.retired.push_back(seg->second.map);
+    Retired r{seg->second.map, {}};
+    for (auto& [h, q] : c.qps) {
+      engine::QpInfo info;
+      bool busy = false;
+      q->shard->call([&] { busy = q->shard->engine().qp_info(q->qpn, info) && info.sq_outstanding > 0; });
+      if (busy) r.waits.push_back({h, q->resets, info.sq_posted});
+    }
+    c.retired.push_back(std::move(r));
     c.segments.erase(seg);
   }
   c.mrs.erase(it);
@@ -1028,18 +1049,24 @@ std::string HostService::Impl::dereg_mr(Client& c, uint32_t handle) {
   return {};
 }
 
-// Released segments are unmapped once no WR of the client can still read
-// them: the engine holds raw pointers into a region for its WRs in flight.
+// Unmaps released memory whose QPs have completed every WR posted before
+// the release; the control loop asks again while any is held. Waiting for
+// every QP to be idle at once held it for as long as another QP streamed.
 void HostService::Impl::release_retired(Client& c) {
-  if (c.retired.empty()) return;
-  for (auto& [h, q] : c.qps) {
-    engine::QpInfo info;
-    bool busy = false;
-    q->shard->call([&] { busy = q->shard->engine().qp_info(q->qpn, info) && info.sq_outstanding > 0; });
-    if (busy) return;
+  for (Retired& r : c.retired) {
+    std::erase_if(r.waits, [&](const Retired::Wait& w) {
+      auto it = c.qps.find(w.qp_handle);
+      if (it == c.qps.end() || it->second->resets != w.resets) return true;
+      HostQp& q = *it->second;
+      engine::QpInfo info;
+      bool found = false;
+      q.shard->call([&] { found = q.shard->engine().qp_info(q.qpn, info); });
+      const uint32_t completed = info.sq_posted - info.sq_outstanding;
+      return !found || int32_t(completed - w.sq_posted) >= 0;
+    });
+    if (r.waits.empty()) r.map.unmap();
   }
-  for (auto& m : c.retired) m.unmap();
-  c.retired.clear();
+  std::erase_if(c.retired, [](const Retired& r) { return r.waits.empty(); });
 }
 
 std::string HostService::Impl::create_cq(Client& c, const abi::CreateCq& r, int ring_fd, int event_fd,
@@ -1315,8 +1342,10 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
       return;
     }
     const auto rc = s.engine().modify_qp(q.qpn, to, attr, nic.now());
-    if (rc == engine::ModifyError::ok && to == engine::QpState::reset)
+    if (rc == engine::ModifyError::ok && to == engine::QpState::reset) {
       empty_rings(s, q, info.sq_outstanding + info.rq_posted);
+      ++q.resets;
+    }
     if (rc == engine::ModifyError::bad_transition)
       err = fmt::format("no transition from {} to {}", engine::qp_state_name(info.state), engine::qp_state_name(to));
     else if (rc != engine::ModifyError::ok)

@@ -730,6 +730,7 @@ bool Engine::qp_info(uint32_t qpn, QpInfo& out) const {
   out.rttvar_ns = qp->rttvar;
   out.rto_ns = I.rto_for(*qp);
   out.sq_outstanding = qp->sq_tail - qp->sq_head;
+  out.sq_posted = qp->sq_tail;
   out.rq_posted = qp->rq_tail - qp->rq_head;
   out.retries = qp->retries;
   out.swept_planes = qp->swept_planes;

@@ -186,6 +186,7 @@ struct QpInfo {
   Nanos srtt_ns = 0, rttvar_ns = 0;  // requester's smoothed RTT (0: no sample yet)
   Nanos rto_ns = 0;                  // the retransmit timeout now in force
   uint32_t sq_outstanding = 0;
+  uint32_t sq_posted = 0;  // WRs posted since the QP left RESET (wraps): the newest is sq_posted - 1
   uint32_t rq_posted = 0;
   uint32_t retries = 0;
   uint32_t swept_planes = 0;      // bit p: plane p's EVs are out together (plane_silent), awaiting its proof

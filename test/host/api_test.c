@@ -1084,6 +1084,100 @@ static void test_zero_length_any_key(void)
 	destroy_pair(&p);
 }
 
+static long shmem_kb(void)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[128];
+	long kb = -1;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Shmem: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+/* Keeps WRITEs flowing on a pair until told to stop (test_dereg_while_streaming). */
+struct streamer {
+	struct pair *p;
+	volatile int stop;
+	int posted, completed, errors;
+};
+
+static void *stream_writes(void *arg)
+{
+	struct streamer *s = arg;
+	struct ibv_wc wc[16];
+	double give_up = now_ms() + 30000;
+	int inflight = 0, i, n;
+
+	while ((!s->stop || inflight) && now_ms() < give_up) {
+		while (!s->stop && inflight < SQ_DEPTH / 2 &&
+		       post_write(s->p->qa, 0x7600, A_ADDR(0), 1 << 20, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0) == 0) {
+			inflight++;
+			s->posted++;
+		}
+		n = mrc_poll_cq(s->p->cqa, 16, wc);
+		if (n < 0) {
+			s->errors++;
+			break;
+		}
+		for (i = 0; i < n; i++)
+			s->errors += wc[i].status != IBV_WC_SUCCESS;
+		inflight -= n;
+		s->completed += n;
+	}
+	s->errors += inflight;
+	return NULL;
+}
+
+/*
+ * Memory deregistered while another QP of the client streams is given back
+ * once the WRs posted before the deregistration complete: it was held until
+ * every QP of the client was idle at the moment of some later call, that is
+ * for as long as the stream went on.
+ */
+static void test_dereg_while_streaming(struct pair *p)
+{
+	enum { kRounds = 6 };
+	const size_t big = (size_t)64 << 20;
+	struct streamer s = {p, 0, 0, 0, 0};
+	pthread_t t;
+	long before = shmem_kb(), after;
+	int round, bad = 0;
+
+	if (pthread_create(&t, NULL, stream_writes, &s) != 0) {
+		report(0, "dereg while streaming: a streaming thread", "errno %d", errno);
+		return;
+	}
+	usleep(50 * 1000);
+	for (round = 0; round < kRounds; round++) {
+		uint8_t *mem = malloc(big);
+		struct ibv_mr *mr = NULL;
+
+		if (mem) {
+			memset(mem, round, big);
+			mr = ibv_reg_mr(A.pd, mem, big, IBV_ACCESS_LOCAL_WRITE); /* the streaming QP's client */
+		}
+		bad |= !mr;
+		if (mr)
+			ibv_dereg_mr(mr);
+		free(mem);
+	}
+	usleep(300 * 1000); /* still streaming; the NIC looks again every 10 ms while it holds any */
+	after = shmem_kb();
+	s.stop = 1;
+	pthread_join(t, NULL);
+	printf("# dereg while streaming: %d WRITEs, shared memory %ld -> %ld kB\n", s.completed, before, after);
+	report(!bad && s.errors == 0 && s.completed == s.posted && s.posted > 0,
+	       "dereg while streaming: every WRITE and registration went through", "%d of %d completed, %d errors",
+	       s.completed, s.posted, s.errors);
+	report(before >= 0 && after - before < (long)(big >> 10), "dereg while streaming: the NIC gave the memory back",
+	       "shared memory grew by %ld MiB over %d deregistrations of %zu MiB", (after - before) >> 10, kRounds,
+	       big >> 20);
+}
+
 /* A region whose I/O addresses end exactly at 2^64 registers, and its last bytes take a WRITE. */
 static void test_region_at_top(struct pair *p)
 {
@@ -2082,6 +2176,7 @@ int main(int argc, char **argv)
 	test_shared_registrations(&main_pair);
 	test_registration_after_unmap(&main_pair);
 	test_region_at_top(&main_pair);
+	test_dereg_while_streaming(&main_pair);
 	test_shared_registration_limit();
 
 	/* Negative cases, each on a fresh pair. */
