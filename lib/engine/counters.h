@@ -64,6 +64,7 @@ namespace mrc::engine {
   X(rx_drop_no_recv_wqe, "WRITE_IMM with no posted receive")                              \
   X(rx_drop_bad_state, "packets for a QP not in a state to take them")                    \
   X(rx_drop_stale_ack, "ACKs naming PSNs not outstanding")                                \
+  X(rx_nack_stale, "trim NACKs for a copy already resent or queued to be")                \
   X(rx_drop_bad_msg, "data packets inconsistent with their message")                      \
   X(wqe_bad_opcode, "work requests of an opcode MRC does not support")                    \
   X(wqe_bad_lkey, "work requests naming an unknown lkey or one of another PD")            \

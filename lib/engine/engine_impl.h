@@ -175,6 +175,9 @@ struct alignas(64) Qp {
   Nanos rack_timer_at = kNever;
   uint32_t rack_end = 0;
   Nanos min_rtt = kNever;
+  // The least round trip of an EV probe answered (probe_confirmations > 1):
+  // small frames, so it is below min_rtt, which 4 KB data frames set.
+  Nanos min_probe_rtt = kNever;
   // The reorder window in force, in kReoStepsPerBase-ths of its base
   // (EngineConfig::reorder_window_growth).
   uint16_t reo_steps = kReoStepsPerBase;
@@ -269,6 +272,7 @@ struct alignas(64) Qp {
   uint32_t ack_trigger_psn = 0;
   uint32_t ack_trigger_ev = 0;
   uint8_t ack_trigger_plane = 0;
+  uint32_t reverse_rotor = 0;  // the reverse EV the next SACK, NACK or probe reply goes on
   uint16_t ack_trigger_ts = 0;
   bool ack_trigger_ecn = false;
   // RoCEv2 responder: the message being placed in order.
@@ -494,6 +498,7 @@ struct Engine::Impl {
   void on_data_rocev2(Qp& qp, uint32_t plane, const wire::Packet& p, Nanos now);
   void on_probe(Qp& qp, uint32_t plane, const wire::Packet& p);
   void send_sack(Qp& qp, bool probe_reply, uint16_t probe_id);
+  uint32_t reverse_ev(Qp& qp, uint32_t plane, uint32_t answered_ev);
   bool wants_ack_req(Qp& qp, uint32_t sq_index, bool retransmit);
   void send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, wire::NackReason r);
   void send_aeth(Qp& qp, uint32_t plane, uint32_t sport, uint32_t psn, uint8_t syndrome);

@@ -182,6 +182,18 @@ bool Engine::Impl::deliver_imms(Qp& qp, uint32_t& refused_psn) {
   }
 }
 
+// The EV a SACK, NACK or probe reply takes back on `plane`: the plane's
+// EVs in turn (a reverse EV set), not the one it answers (named in the
+// header instead). A path may be dead one way only (one spine of two
+// failed): answers that always took the reverse of the EV they answered
+// died with it, so an EV whose forward path worked never came back, and a
+// QP whose every EV was dead one way or the other stalled for good.
+uint32_t Engine::Impl::reverse_ev(Qp& qp, uint32_t plane, uint32_t answered_ev) {
+  if (cfg.transport != Transport::mrc || plane >= kMaxPlanes || qp.active[plane].empty()) return answered_ev;
+  const auto& set = qp.active[plane];
+  return qp.evs[set[qp.reverse_rotor++ % set.size()]].value;
+}
+
 void Engine::Impl::send_sack(Qp& qp, bool probe_reply, uint16_t probe_id) {
   const bool mrc = cfg.transport == Transport::mrc;
   const uint32_t plane = qp.ack_trigger_plane;
@@ -204,7 +216,8 @@ void Engine::Impl::send_sack(Qp& qp, bool probe_reply, uint16_t probe_id) {
     if (!probe_reply && reach >= int32_t(kSackBitmapBits)) base = psn_add(qp.ack_trigger_psn, -63);
     const uint64_t bitmap = bits_from(qp, base);
     const int32_t trig_off = psn_diff(qp.ack_trigger_psn, cack);
-    sent = send_ctrl(qp, plane, uint8_t(Opcode::mrc_sack), qp.ack_trigger_ev, cack, [&](const MutablePacket& m) {
+    const uint32_t back = reverse_ev(qp, plane, qp.ack_trigger_ev);
+    sent = send_ctrl(qp, plane, uint8_t(Opcode::mrc_sack), back, cack, [&](const MutablePacket& m) {
       SethRef s = m.seth();
       s.set_type(kSethType);
       s.set_skip_mark(uint8_t(qp.ack_trigger_ecn ? SkipMark::skip_once : SkipMark::none));
@@ -230,7 +243,8 @@ void Engine::Impl::send_sack(Qp& qp, bool probe_reply, uint16_t probe_id) {
 
 void Engine::Impl::send_nack(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, NackReason r) {
   if (cfg.transport == Transport::rocev2) return;  // RC has only the AETH NAK
-  const bool sent = send_ctrl(qp, plane, uint8_t(Opcode::mrc_nack), ev, psn, [&](const MutablePacket& m) {
+  const uint32_t back = reverse_ev(qp, plane, ev);
+  const bool sent = send_ctrl(qp, plane, uint8_t(Opcode::mrc_nack), back, psn, [&](const MutablePacket& m) {
     NethRef n = m.neth();
     n.set_type(kNethType);
     n.set_nack_reason(uint8_t(r));
@@ -253,8 +267,10 @@ void Engine::Impl::send_aeth(Qp& qp, uint32_t plane, uint32_t ev, uint32_t psn, 
 
 void Engine::Impl::on_probe(Qp& qp, uint32_t plane, const Packet& p) {
   qp.ctr.inc(QpCtr::rx_probes);
-  // The reply goes back on the probed EV and carries the probe id, the
-  // current bitmap and CC state: a probe is also a reliability query.
+  // The reply names the probed EV and carries the probe id, the current
+  // bitmap and CC state: a probe is also a reliability query. Like every
+  // SACK it goes back on a reverse EV (reverse_ev): a probe tests its
+  // forward path only.
   qp.ack_trigger_plane = static_cast<uint8_t>(plane);
   qp.ack_trigger_ev = ev_decode(qp.attr.ev.format, p);
   qp.ack_trigger_psn = psn_add(qp.rcv_cack, 1);

@@ -399,15 +399,18 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
   }
   EvCold& cold = qp.ev_cold[idx];
   if (cfg.probe_confirmations > 1) {
-    // One answer per probe, and none sooner than a round trip could bring
-    // it: a reply the fabric duplicated, or a second answer to the same
+    // One answer per probe, and none sooner than a probe's round trip could
+    // bring it: a reply the fabric duplicated, or a second answer to the same
     // probe, is not another probe answered. Replies carry only the EV, so a
     // late answer to an earlier probe that comes a round trip after the
-    // last one left still counts.
-    const Nanos least_rtt = qp.min_rtt == kNever ? 0 : qp.min_rtt / 2;
+    // last one left still counts. The floor is half the least probe round
+    // trip: half the data's (4 KB frames) turned away most real answers on
+    // a short fabric, and EVs never came back.
+    const Nanos least_rtt = qp.min_probe_rtt == kNever ? 0 : qp.min_probe_rtt / 2;
     if (!cold.probe_outstanding || now - cold.probe_sent_at < least_rtt)
       return qp.ctr.inc(QpCtr::rx_probe_replies_unmatched);
     cold.probe_outstanding = false;
+    qp.min_probe_rtt = std::min(qp.min_probe_rtt, now - cold.probe_sent_at);
     if (++cold.probe_answers < cfg.probe_confirmations) {
       qp.ctr.inc(QpCtr::ev_probe_confirming);
       cold.confirming = true;
