@@ -214,6 +214,7 @@ class Sim {
   sim::Fabric::Target fail_target(std::vector<uint32_t>& ports) const;
   void apply_failure(bool up);
   std::optional<double> recovery_us() const;
+  double ideal_goodput_gbps(bool all_complete) const;
   sim::Link* captured_link(std::string& err);
 
   Options o_;
@@ -554,6 +555,36 @@ void Sim::schedule_failures() {
 // so the first good window would say nothing; the last bad one does.
 // Windows are looked at until 90 % of all bytes are placed, so the drain at
 // the end of the workload is not taken for a stall. 0: no window fell below.
+// A bound on the goodput the links allow. For a run whose flows all complete:
+// the run's bytes over the least time in which the busiest host port, or the
+// busiest leaf's spine links either way, carry their share (flows carry equal
+// bytes, so the time is counted in flows; leaf-local flows need no spine).
+// A run cut short may have completed only the flows that finish first, so
+// there the bound is what the sending or the receiving hosts' ports could
+// take in all.
+double Sim::ideal_goodput_gbps(bool all_complete) const {
+  const double host_gbps = o_.host_rate_gbps * o_.planes;
+  const double leaf_spine_gbps = double(net_->spines()) * o_.fabric_rate_gbps * o_.planes;
+  std::vector<uint32_t> out(o_.hosts), in(o_.hosts), up(net_->leaves()), down(net_->leaves());
+  if (!all_complete) {
+    for (const FlowRun& f : flows_) out[f.src] = in[f.dst] = 1;
+    const auto senders = std::count(out.begin(), out.end(), 1u), receivers = std::count(in.begin(), in.end(), 1u);
+    return double(std::min(senders, receivers)) * host_gbps;
+  }
+  for (const FlowRun& f : flows_) {
+    ++out[f.src];
+    ++in[f.dst];
+    if (net_->leaf_of(f.src) == net_->leaf_of(f.dst)) continue;
+    ++up[net_->leaf_of(f.src)];
+    ++down[net_->leaf_of(f.dst)];
+  }
+  double flow_times = 0;  // in units of one flow's bytes over one Gb/s
+  for (uint32_t h = 0; h < o_.hosts; ++h) flow_times = std::max({flow_times, out[h] / host_gbps, in[h] / host_gbps});
+  for (uint32_t l = 0; l < net_->leaves(); ++l)
+    flow_times = std::max({flow_times, up[l] / leaf_spine_gbps, down[l] / leaf_spine_gbps});
+  return flow_times > 0 ? double(flows_.size()) / flow_times : 0;
+}
+
 std::optional<double> Sim::recovery_us() const {
   if (fail_ns_ == kNever || placed_.empty()) return std::nullopt;
   const Nanos step = static_cast<Nanos>(o_.sample_us * 1000);
@@ -775,11 +806,6 @@ int Sim::run() {
   const double goodput = T > 0 ? bytes_done * 8.0 / T : 0;
   const double R = o_.host_rate_gbps, P = o_.planes;
   const uint32_t spines = net_->spines();
-  const double cross = std::min(1.0, spines * o_.fabric_rate_gbps / (o_.hosts_per_leaf * R));
-  double ideal = P * R;
-  if (o_.workload == "permutation" || o_.workload == "alltoall")
-    ideal = o_.hosts * P * R * (net_->leaves() > 1 ? cross : 1);
-  if (o_.workload == "incast" && o_.victim) ideal = 2 * P * R;
   std::vector<double> fct;
   uint32_t flows_incomplete = 0;
   for (const FlowRun& f : flows_) {
@@ -788,20 +814,29 @@ int Sim::run() {
     else
       ++flows_incomplete;
   }
+  // Over the whole run, which ends at the last completion unless the cap cut
+  // it short; a link's share is the time its wire was busy, so copies made
+  // past it (duplication) count once.
+  const double T_run = end > kStart ? double(end - kStart) : 0;
+  auto utilization = [&](const sim::Link& l) {
+    const uint64_t carried = l.counters().serialized_bytes - l.queued_bytes();
+    return T_run > 0 ? double(carried) * 8.0 / (l.params().rate_gbps * T_run) : 0.0;
+  };
+  const double ideal = ideal_goodput_gbps(flows_incomplete == 0);
   double util_sum = 0, util_max = 0;
   size_t nlinks = 0;
   for (const auto* v : {&net_->leaf_to_spine_links(), &net_->spine_to_leaf_links()}) {
     // With one leaf nothing crosses a spine: there is no fabric to report.
     if (net_->leaves() < 2) break;
     for (const auto& l : *v) {
-      const double u = T > 0 ? l->counters().delivered_bytes * 8.0 / (o_.fabric_rate_gbps * T) : 0;
+      const double u = utilization(*l);
       util_sum += u;
       util_max = std::max(util_max, u);
       ++nlinks;
     }
   }
   double up_sum = 0;
-  for (const auto& l : net_->uplinks()) up_sum += T > 0 ? l->counters().delivered_bytes * 8.0 / (R * T) : 0;
+  for (const auto& l : net_->uplinks()) up_sum += utilization(*l);
   const auto rec = recovery_us();
   const auto& st = net_->stats();
 

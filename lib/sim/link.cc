@@ -117,6 +117,7 @@ void Link::send(std::vector<uint8_t> frame, uint64_t tag, uint32_t wire_len) {
   if (params_.ecn_max_bytes && mark_ecn(frame, queued)) ++ctr_.ecn_marked;
 
   busy_until_ps_ = std::max(busy_until_ps_, loop_.now() * kPsPerNs) + wire_ps(wire);
+  ctr_.serialized_bytes += wire;
   Nanos arrive = ps_to_ns_ceil(busy_until_ps_) + params_.delay_ns;
   if (blackhole_) {
     ++ctr_.dropped_down;

@@ -47,6 +47,7 @@ struct LinkParams {
   X(sent_bytes, "wire bytes offered to the link")                         \
   X(delivered, "frames handed to the sink, duplicates included")          \
   X(delivered_bytes, "wire bytes handed to the sink")                     \
+  X(serialized_bytes, "wire bytes that took the wire's time")             \
   X(dropped_queue, "frames tail-dropped: the queue was full")             \
   X(dropped_loss, "frames lost on the wire")                              \
   X(dropped_down, "frames sent into, or in flight on, a link going down") \

@@ -149,5 +149,43 @@ if [ -f "$dir/permutation_16.conf" ]; then
     --fail-switch spine:0:1 --fail-at-us 20 --flap-period-us 10 --restore-at-us 80
 fi
 
+# The summary's bounds hold when the spines are the bottleneck, when links
+# duplicate frames past their wire, and when the cap cuts a run short:
+# goodput at most the ideal, every link busy at most all the time. The ideal
+# itself is checked where it is known: all-to-all over 2 leaves of 4 hosts,
+# one 25 Gb/s spine link per leaf and plane (4 planes), has 16 cross-leaf flows
+# per leaf against 7 per host port, so its 56 flows' bytes take at least
+# 16 flows over 4 x 25 Gb/s: 350 Gb/s. The incast of 8 senders plus a victim
+# into another host takes at least the 8 flows over host 0's 4 x 100 Gb/s: 9/8
+# of 400 Gb/s.
+bounded() {
+  local name=$1 want=$2
+  shift 2
+  if "$sim" "$@" >"$tmp/bound.json" 2>"$tmp/err" && "$py" - "$tmp/bound.json" "$want" >"$tmp/bound.out" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+want = float(sys.argv[2])
+u = s["link_utilization"]
+ok = s["goodput_fraction"] <= 1 and u["fabric_max"] <= 1 and u["host_uplink_mean"] <= 1 and s["integrity_ok"] is True
+if want > 0:
+    ok = ok and abs(s["ideal_goodput_gbps"] - want) < 1e-6
+print("ideal %g Gb/s, goodput %.3f of it, fabric_max %.3f, host_uplink_mean %.3f, %d flows incomplete" % (
+    s["ideal_goodput_gbps"], s["goodput_fraction"], u["fabric_max"], u["host_uplink_mean"], s["flows_incomplete"]))
+sys.exit(0 if ok else 1)
+PY
+  then
+    pass=$((pass + 1)); echo "PASS bounds, $name: $(cat "$tmp/bound.out")"
+  else
+    fail=$((fail + 1)); echo "FAIL bounds, $name (ideal wanted: $want): $(cat "$tmp/bound.out") $(tail -n 3 "$tmp/err")"
+  fi
+}
+if [ -f "$dir/alltoall_8.conf" ] && [ -f "$dir/incast_8to1_victim.conf" ]; then
+  thin=(--config "$dir/alltoall_8.conf" --fabric-rate-gbps 25 --spines 1)
+  bounded "all-to-all through one thin spine" 350 "${thin[@]}"
+  bounded "the same with 20 % duplication" 350 "${thin[@]}" --duplicate 0.2
+  bounded "the same cut short at 40 us" 0 "${thin[@]}" --duration-us 40
+  bounded "incast with a victim" 450 --config "$dir/incast_8to1_victim.conf"
+fi
+
 echo "summary: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]
