@@ -394,6 +394,15 @@ class HostShard final : public ShardApp {
     bool gave = false;
     for (HostQp* q : qps_) {
       if (q->failed) continue;
+      // As in verbs, a CQ overrun takes the QPs that complete to it to
+      // ERROR: their lost completions would otherwise hold SQ slots for good
+      // while they went on sending. Here, not in write_cqe: that runs inside
+      // the engine's calls.
+      if (q->scq->failed || q->rcq->failed) {
+        fail_qp(s, *q, ShardCtr::host_qp_cq_failed, now);
+        gave = true;
+        continue;
+      }
       gave |= poll_sq(s, *q, now);
       gave |= poll_rq(s, *q);
     }

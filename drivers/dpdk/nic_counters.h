@@ -55,6 +55,7 @@ namespace mrc::dp {
   X(host_bad_cq_index, "host CQs failed: consumer index out of range")                        \
   X(host_cq_overflow, "host CQs failed: full when a completion arrived")                      \
   X(host_cqe_dropped, "completions dropped: their CQ had failed")                             \
+  X(host_qp_cq_failed, "host QPs moved to ERROR: a CQ they complete to failed (verbs)")       \
   X(host_channel_signals, "completion channel events signalled")
 
 // New counters go last: telemetry's /mrc/planes rows list them in this order.

@@ -1287,6 +1287,59 @@ static void test_reset_empties_queues(void)
 	destroy_pair(&p);
 }
 
+/* Waits for an async event of `type` on `element` (a QP or CQ), skipping others. */
+static int wait_async(struct side *s, enum ibv_event_type type, const void *element, int timeout_ms)
+{
+	struct pollfd pf = {.fd = s->ctx->async_fd, .events = POLLIN};
+	struct mrc_async_event ev;
+	int found = 0;
+
+	while (!found && poll(&pf, 1, timeout_ms) == 1) {
+		if (mrc_get_async_event(s->mctx, &ev))
+			break;
+		found = ev.event_type == type &&
+			(type == IBV_EVENT_CQ_ERR ? (const void *)ev.element.cq : (const void *)ev.element.qp) == element;
+		mrc_ack_async_event(&ev);
+	}
+	return found;
+}
+
+/*
+ * A CQ overrun fails the CQ and, as in verbs, takes the QPs that complete to
+ * it to ERROR: left in RTS they kept sending while the slots whose
+ * completions were lost stayed taken.
+ */
+static void test_cq_overflow(void)
+{
+	struct pair p = {0};
+	struct mrc_cq *small = mrc_create_cq(A.mctx, 4, NULL, NULL, 0);
+	struct mrc_cq *cqb = mrc_create_cq(B.mctx, 2 * RQ_DEPTH, NULL, NULL, 0);
+	struct ibv_wc wc;
+	int posted = 0, rc;
+
+	if (api_ptr(small, "CQ overrun: a CQ of 4") || api_ptr(cqb, "CQ overrun: the peer's CQ") ||
+	    make_pair(&p, "CQ overrun", small, cqb, 0))
+		goto out;
+	while (posted < 8 && !post_write(p.qa, 0x8000 + posted, A_ADDR(0), 64, A.mr->lkey, B_ADDR(0), B.mr->rkey, 1, 0, 0))
+		posted++;
+	report(posted == 8, "CQ overrun: 8 signaled WRs posted to a QP whose CQ holds 4", "%d posted", posted);
+	report(wait_async(&A, IBV_EVENT_CQ_ERR, small, TIMEOUT_MS), "CQ overrun: IBV_EVENT_CQ_ERR for the CQ",
+	       "no such event within %d ms", TIMEOUT_MS);
+	report(wait_async(&A, IBV_EVENT_QP_FATAL, p.qa, TIMEOUT_MS), "CQ overrun: IBV_EVENT_QP_FATAL for its QP",
+	       "no such event within %d ms", TIMEOUT_MS);
+	expect_state(p.qa, IBV_QPS_ERR, "CQ overrun: mrc_query_qp reports IBV_QPS_ERR");
+	while ((rc = mrc_poll_cq(small, 1, &wc)) > 0)
+		;
+	report(rc < 0 && errno == EOVERFLOW, "CQ overrun: mrc_poll_cq fails with EOVERFLOW once drained",
+	       "returned %d, errno %d", rc, errno);
+out:
+	destroy_pair(&p);
+	if (small)
+		mrc_destroy_cq(small);
+	if (cqb)
+		mrc_destroy_cq(cqb);
+}
+
 /*
  * RTS->RTS may change the access flags alone, as in verbs, and the change
  * holds: remote writes stop once the responder takes them away (with the
@@ -2208,6 +2261,7 @@ int main(int argc, char **argv)
 	test_allocators_and_isolation();
 	test_sq_accounting();
 	test_reset_empties_queues();
+	test_cq_overflow();
 	test_mr_limit();
 	test_zero_length_any_key();
 	test_access_in_rts();

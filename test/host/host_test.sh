@@ -184,7 +184,7 @@ EOF
       [ "$v" -gt 0 ] || fail "/mrc/host $k is $v after the hostile client"
       echo "/mrc/host $k = $v"
     done
-    for k in nic_host_bad_sq_index nic_host_bad_rq_index nic_host_bad_cq_index nic_host_cq_overflow; do
+    for k in nic_host_bad_sq_index nic_host_bad_rq_index nic_host_bad_cq_index nic_host_cq_overflow nic_host_qp_cq_failed; do
       v=$(counter /mrc/counters,mrc0 "$k")
       [ "$v" -gt 0 ] || fail "/mrc/counters,mrc0 $k is $v after the hostile client"
       echo "/mrc/counters,mrc0 $k = $v"

@@ -357,6 +357,7 @@ int main(int argc, char** argv) {
     }
     abi::store_release(qa.sq()->prod, 5);
     check(wait_event(a.events, 0 /* IBV_EVENT_CQ_ERR */, cq_small.handle), "an overflowing CQ fails (CQ_ERR event)");
+    check(wait_event(a.events, 1 /* IBV_EVENT_QP_FATAL */, qa.handle), "and takes its QP to ERROR (QP_FATAL event)");
     // Garbage consumer index on a fresh CQ.
     const Cq cq_garbage = create_cq(a.fd, 8);
     Qp qa2 = create_qp(a.fd, pd, cq_garbage, 16);
