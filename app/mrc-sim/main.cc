@@ -178,6 +178,7 @@ struct FlowRun {
   uint64_t bytes_done = 0;
   Nanos last_done = 0;
   uint32_t qps_done = 0;
+  Nanos first_qp_done = kNever;  // when its first QP completed its last message
 };
 
 constexpr uint64_t kSrcIova = 0x100000000ull;
@@ -449,6 +450,7 @@ void Sim::on_completion(uint32_t h, const Completion& c) {
       f.bytes_done += len;
       f.last_done = net_->now();
       if (q.completed == o_.messages) {
+        if (!f.qps_done) f.first_qp_done = net_->now();
         ++f.qps_done;
         ++qps_terminal_;
       }
@@ -599,7 +601,10 @@ std::optional<double> Sim::recovery_us() const {
   const double pre_rate = double(at(fail_ns_) - at(fail_ns_ - pre_w)) / double(pre_w);
   const double target = 0.85 * pre_rate * (o_.planes - 1) / std::max(1u, o_.planes);
   const uint64_t total = placed_.back();
-  const Nanos last = kStart + (placed_.size() - 1) * step;
+  // Up to the first QP's last completion at most: from then on the offered
+  // load falls as QPs finish, and a lower rate says nothing of the failure.
+  Nanos last = kStart + (placed_.size() - 1) * step;
+  for (const FlowRun& f : flows_) last = std::min(last, f.first_qp_done);
   Nanos stalled_until = fail_ns_;
   for (Nanos t = fail_ns_ + w; t <= last && at(t) < total / 10 * 9; t += step) {
     if (double(at(t) - at(t - w)) / double(w) < target) stalled_until = t;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every config/scenarios/*.conf with both transports and checks the JSON
 # summary: integrity_ok must hold for both; completions_ok must hold for mrc
+# (and after a failure that takes links down, recovery within 2 ACK timeouts)
 # and for rocev2 except where a silent failure may legitimately kill RoCEv2
 # QPs bound to the failed plane (then the errors must be counted). Finally
 # runs one scenario twice with the same seed and compares stdout byte for byte,
@@ -41,6 +42,9 @@ n = s["network"]
 if s["failure_loss"] is not None and (n["dropped_loss"] == 0 or n["dropped_down"] != 0):
     why.append("gray failure: %d frames lost, %d dropped by links down (wanted some, and none)" % (
         n["dropped_loss"], n["dropped_down"]))
+# The bound for MRC: goodput back within 2 ACK timeouts (2 x 131 us).
+if t == "mrc" and failure and s["failure_loss"] is None and (s["recovery_us"] is None or s["recovery_us"] > 262.144):
+    why.append("recovery_us %s after the failure, more than 2 ACK timeouts" % s["recovery_us"])
 note = ""
 if s["completions_ok"] is not True:
     # A RoCEv2 QP binds to one plane: a failed plane can exhaust its retries.
@@ -54,8 +58,9 @@ if s["completions_ok"] is not True:
 if why:
     print("FAIL " + "; ".join(why))
 else:
-    print("ok goodput %.1f Gb/s (%.0f%% of ideal), retx %d%s" % (
-        s["goodput_gbps"], 100 * s["goodput_fraction"], s["retransmitted_packets"], note))
+    rec = "" if s["recovery_us"] is None else ", recovery %g us" % s["recovery_us"]
+    print("ok goodput %.1f Gb/s (%.0f%% of ideal), retx %d%s%s" % (
+        s["goodput_gbps"], 100 * s["goodput_fraction"], s["retransmitted_packets"], rec, note))
 PY
 )
     case "$verdict" in
