@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -216,6 +217,7 @@ class Sim {
   void apply_failure(bool up);
   std::optional<double> recovery_us() const;
   double ideal_goodput_gbps(bool all_complete) const;
+  void warn_base_rtt() const;
   sim::Link* captured_link(std::string& err);
 
   Options o_;
@@ -557,6 +559,28 @@ void Sim::schedule_failures() {
 // so the first good window would say nothing; the last bad one does.
 // Windows are looked at until 90 % of all bytes are placed, so the drain at
 // the end of the workload is not taken for a stall. 0: no window fell below.
+// NSCC reads whatever a round trip takes beyond base_rtt as queueing. A base
+// well below the fabric's own round trip holds every window near its floor
+// (a 2 us fabric with --base-rtt-ns 500 moved 0.6 % of ideal), which looks
+// like a protocol failure, so say so.
+void Sim::warn_base_rtt() const {
+  if (o_.transport != "mrc" || flows_.empty()) return;
+  auto ser_ns = [](double bytes, double gbps) { return bytes * 8 / gbps; };
+  double least = std::numeric_limits<double>::infinity();
+  for (const FlowRun& f : flows_) {
+    // A full frame out, a header-sized ACK back, nothing queued.
+    double rtt = 4 * o_.host_delay_ns + 2 * ser_ns(o_.mtu, o_.host_rate_gbps) + 2 * ser_ns(64, o_.host_rate_gbps);
+    if (net_->leaf_of(f.src) != net_->leaf_of(f.dst))
+      rtt += 4 * o_.fabric_delay_ns + 2 * ser_ns(o_.mtu, o_.fabric_rate_gbps) + 2 * ser_ns(64, o_.fabric_rate_gbps);
+    least = std::min(least, rtt);
+  }
+  if (o_.base_rtt_ns < least / 2)
+    fmt::print(stderr,
+               "mrc-sim: warning: --base-rtt-ns {} is under half this fabric's least unloaded round trip (about {:.0f} "
+               "ns): NSCC will take every packet for queued and keep its windows near the floor\n",
+               o_.base_rtt_ns, least);
+}
+
 // A bound on the goodput the links allow. For a run whose flows all complete:
 // the run's bytes over the least time in which the busiest host port, or the
 // busiest leaf's spine links either way, carry their share (flows carry equal
@@ -713,6 +737,7 @@ int Sim::run() {
       qps_.push_back(std::move(q));
     }
   }
+  warn_base_rtt();
   tokens_ = o_.payload == "tokens" || (o_.payload == "auto" && o_.pcap.empty());
   // Every QP's responder holds `outstanding` slots of the largest message:
   // written memory with payload bytes, a bit per packet with tokens.
