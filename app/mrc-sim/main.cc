@@ -217,7 +217,8 @@ class Sim {
   void apply_failure(bool up);
   std::optional<double> recovery_us() const;
   double ideal_goodput_gbps(bool all_complete) const;
-  void warn_base_rtt() const;
+  void warn_timing() const;
+  uint8_t timeout_exponent() const;
   sim::Link* captured_link(std::string& err);
 
   Options o_;
@@ -336,11 +337,15 @@ bool Sim::build_flows(std::string& err) {
   return true;
 }
 
+uint8_t Sim::timeout_exponent() const {
+  return static_cast<uint8_t>(o_.timeout >= 0 ? o_.timeout : (transport() == Transport::mrc ? 7 : 5));
+}
+
 bool Sim::setup_qp(QpRun& q, uint32_t gi) {
   QpAttr a;
   a.pmtu = o_.mtu;
   const Transport t = transport();
-  a.timeout = static_cast<uint8_t>(o_.timeout >= 0 ? o_.timeout : (t == Transport::mrc ? 7 : 5));
+  a.timeout = timeout_exponent();
   a.retry_linear = 7;
   a.retry_exp = static_cast<uint8_t>(o_.retry_exp >= 0 ? o_.retry_exp : (t == Transport::mrc ? 25 : 0));
   a.mpr = a.mpr_dest = o_.mpr;
@@ -559,12 +564,14 @@ void Sim::schedule_failures() {
 // so the first good window would say nothing; the last bad one does.
 // Windows are looked at until 90 % of all bytes are placed, so the drain at
 // the end of the workload is not taken for a stall. 0: no window fell below.
-// NSCC reads whatever a round trip takes beyond base_rtt as queueing. A base
-// well below the fabric's own round trip holds every window near its floor
-// (a 2 us fabric with --base-rtt-ns 500 moved 0.6 % of ideal), which looks
-// like a protocol failure, so say so.
-void Sim::warn_base_rtt() const {
-  if (o_.transport != "mrc" || flows_.empty()) return;
+// Timers and NSCC set below the fabric's own round trip turn a healthy run
+// into a crawl that looks like a protocol failure, so say so. NSCC reads
+// whatever a round trip takes beyond base_rtt as queueing, so a base well
+// under it holds every window near the floor (a 3 us fabric with
+// --base-rtt-ns 500 moved 0.6 % of ideal); an ACK timeout under it resends
+// every packet before its ACK can arrive.
+void Sim::warn_timing() const {
+  if (flows_.empty()) return;
   auto ser_ns = [](double bytes, double gbps) { return bytes * 8 / gbps; };
   double least = std::numeric_limits<double>::infinity();
   for (const FlowRun& f : flows_) {
@@ -574,11 +581,17 @@ void Sim::warn_base_rtt() const {
       rtt += 4 * o_.fabric_delay_ns + 2 * ser_ns(o_.mtu, o_.fabric_rate_gbps) + 2 * ser_ns(64, o_.fabric_rate_gbps);
     least = std::min(least, rtt);
   }
-  if (o_.base_rtt_ns < least / 2)
+  if (o_.transport == "mrc" && o_.base_rtt_ns < least / 2)
     fmt::print(stderr,
                "mrc-sim: warning: --base-rtt-ns {} is under half this fabric's least unloaded round trip (about {:.0f} "
                "ns): NSCC will take every packet for queued and keep its windows near the floor\n",
                o_.base_rtt_ns, least);
+  const Nanos ack_timeout = engine::ack_timeout_ns(transport(), timeout_exponent());
+  if (double(ack_timeout) < least)
+    fmt::print(stderr,
+               "mrc-sim: warning: the ACK timeout ({} ns, --timeout {}) is under this fabric's least unloaded round "
+               "trip (about {:.0f} ns): packets will be resent before their ACKs can arrive\n",
+               ack_timeout, timeout_exponent(), least);
 }
 
 // A bound on the goodput the links allow. For a run whose flows all complete:
@@ -737,7 +750,7 @@ int Sim::run() {
       qps_.push_back(std::move(q));
     }
   }
-  warn_base_rtt();
+  warn_timing();
   tokens_ = o_.payload == "tokens" || (o_.payload == "auto" && o_.pcap.empty());
   // Every QP's responder holds `outstanding` slots of the largest message:
   // written memory with payload bytes, a bit per packet with tokens.
