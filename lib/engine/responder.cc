@@ -188,10 +188,15 @@ bool Engine::Impl::deliver_imms(Qp& qp, uint32_t& refused_psn) {
 // failed): answers that always took the reverse of the EV they answered
 // died with it, so an EV whose forward path worked never came back, and a
 // QP whose every EV was dead one way or the other stalled for good.
+// The member is computed from the spray set's run where it is one, as
+// pick_ev does: on a responder the set's vector is cold.
 uint32_t Engine::Impl::reverse_ev(Qp& qp, uint32_t plane, uint32_t answered_ev) {
-  if (cfg.transport != Transport::mrc || plane >= kMaxPlanes || qp.active[plane].empty()) return answered_ev;
-  const auto& set = qp.active[plane];
-  return qp.evs[set[qp.reverse_rotor++ % set.size()]].value;
+  if (cfg.transport != Transport::mrc || plane >= kMaxPlanes) return answered_ev;
+  const uint32_t n = qp.spray_count[plane];
+  if (!n) return answered_ev;
+  const uint32_t i = qp.reverse_rotor++ % n;
+  const uint32_t step = qp.spray_step[plane];
+  return qp.evs[step ? qp.spray_first[plane] + i * step : qp.active[plane][i]].value;
 }
 
 void Engine::Impl::send_sack(Qp& qp, bool probe_reply, uint16_t probe_id) {
