@@ -955,11 +955,15 @@ class Rdma {
                              names.empty() ? "none" : names));
     ctx_ = check_ptr(ibv_open_device(d), "ibv_open_device");
 
+    // A port per plane: the QP sprays over whichever are up, so one will do.
+    ibv_device_attr dev_attr{};
+    check(ibv_query_device(ctx_, &dev_attr), "ibv_query_device");
     ibv_port_attr pa{};
+    bool any_active = false;
+    for (uint8_t port = 1; port <= dev_attr.phys_port_cnt && !any_active; ++port)
+      any_active = ibv_query_port(ctx_, port, &pa) == 0 && pa.state == IBV_PORT_ACTIVE;
+    if (!any_active) fail_setup(fmt::format("{}: no port is ACTIVE", dev));
     check(ibv_query_port(ctx_, kPortNum, &pa), "ibv_query_port");
-    if (pa.state != IBV_PORT_ACTIVE)
-      fail_setup(fmt::format("{} port {} is not ACTIVE (state {})", dev, kPortNum,
-                             ibv_port_state_str(pa.state)));
     active_mtu_ = mtu_bytes(pa.active_mtu);
     if (!active_mtu_) fail_setup(fmt::format("{}: unexpected active_mtu {}", dev, int(pa.active_mtu)));
     check(ibv_query_gid(ctx_, kPortNum, int(cfg_.gid_idx), &gid_), "ibv_query_gid");

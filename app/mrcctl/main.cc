@@ -1075,17 +1075,18 @@ Json device_json(Device& d) {
     else
       pj["admin"] = nullptr;  // e.g. EPERM for an unprivileged caller
     pj["address"] = p <= gids.size() ? Json(gid_text(gids[p - 1u])) : Json();
+    // The verbs port: DOWN when the plane's link is, or it is disabled.
+    ibv_port_attr va{};
+    pj["state"] = ibv_query_port(d.verbs(), p, &va) == 0 ? Json(ibv_port_state_str(va.state)) : Json();
+    if (p == 1 && ibv_query_port(d.verbs(), p, &va) == 0) {
+      Json v = Json::object();
+      v["active_mtu"] = 128u << unsigned(va.active_mtu);
+      v["gid_tbl_len"] = va.gid_tbl_len;
+      j["verbs"] = v;
+    }
     ports.push(pj);
   }
   j["ports"] = ports;
-  ibv_port_attr va{};
-  if (ibv_query_port(d.verbs(), 1, &va) == 0) {
-    Json v = Json::object();
-    v["state"] = ibv_port_state_str(va.state);
-    v["active_mtu"] = 128u << unsigned(va.active_mtu);
-    v["gid_tbl_len"] = va.gid_tbl_len;
-    j["verbs_port1"] = v;
-  }
   return j;
 }
 
@@ -1102,8 +1103,9 @@ void print_device(const Json& j) {
   fmt::print("{}: ctl {}, protocol versions 0x{:x}, port mask 0x{:x}\n", j.find("name")->str(),
              c.find("supported")->u64() ? "supported" : "NOT supported", c.find("protocol_versions")->u64(),
              c.find("phy_port_mask")->u64());
-  if (const Json* v = j.find("verbs_port1"))
-    fmt::print("    verbs port 1: {}, active mtu {}\n", v->find("state")->cell(), v->find("active_mtu")->u64());
+  if (const Json* v = j.find("verbs"))
+    fmt::print("    verbs: active mtu {}, {} GIDs shared by every port\n", v->find("active_mtu")->u64(),
+               v->find("gid_tbl_len")->u64());
   if (m.find("error")) {
     fmt::print("    mrc: {}\n", m.find("error")->str());
   } else {
@@ -1124,8 +1126,9 @@ void print_device(const Json& j) {
   fmt::print("    cc: {} profiles; algorithms {}\n", cc.find("max_profiles")->u64(), list(*cc.find("algorithms")));
   fmt::print("    options: {}\n", list(*c.find("options")));
   for (const auto& p : j.find("ports")->arr())
-    fmt::print("    port {}: admin {}, address {}\n", p.find("port")->u64(),
-               p.find("admin")->is_null() ? "?" : p.find("admin")->str(), p.find("address")->cell());
+    fmt::print("    port {}: admin {}, {}, address {}\n", p.find("port")->u64(),
+               p.find("admin")->is_null() ? "?" : p.find("admin")->str(),
+               p.find("state")->is_null() ? "?" : p.find("state")->str(), p.find("address")->cell());
 }
 
 int cmd_dev_show(const std::string& name) {

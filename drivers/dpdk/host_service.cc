@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -154,6 +155,7 @@ struct HostQp {
   uint64_t ev_profile = 0, cc_profile = 0;  // controller profiles the QP uses (0: the device's own)
   Mapping map;
   uint32_t resets = 0;  // moves to RESET: each drops the engine's WRs and restarts its SQ count
+  std::vector<uint8_t> ev_bad;  // by EV index: this QP sees it ASSUMED_BAD (control thread)
 };
 
 // A client's released memory that WRs posted before the release may still
@@ -181,6 +183,10 @@ struct EvRec {
   abi::CtlEv e{};
   std::vector<abi::CtlEvEntry> entries;
   std::vector<std::pair<uint64_t, uint32_t>> qps;  // (client, QP handle)
+  // Per entry: how many of those QPs see it ASSUMED_BAD. Events are the
+  // profile's EVs changing, as queries show them: ASSUMED_BAD when the first
+  // QP marks one, GOOD when the last lets it go (deliver_ev_events).
+  std::vector<uint32_t> bad_qps;
 };
 
 struct CcRec {
@@ -204,7 +210,22 @@ struct CtlState {
   std::map<uint64_t, EvRec> evs;
   std::map<uint64_t, CcRec> ccs;
   std::vector<EventSink> sinks;
+  uint32_t generation = 0;            // of the last profile write, device-wide: a profile made again never repeats one
+  std::vector<uint32_t> own_bad_qps;  // EvRec::bad_qps for the device's own EVs (profile 0)
+
+  uint32_t next_generation() {
+    if (++generation == 0) ++generation;  // 0 means "did not exist"
+    return generation;
+  }
 };
+
+// A profile write names the generation it read; another write since means
+// the caller's whole-profile copy is stale (abi::CtlFmt).
+std::string stale_write(const char* kind, uint64_t id, uint32_t read, uint32_t now, abi::Response& rs) {
+  if (read == now) return {};
+  rs.err = ESTALE;
+  return fmt::format("{} profile {} changed since it was read", kind, id);
+}
 
 uint32_t fmt_bits(const abi::CtlFmt& f) {
   uint32_t b = 0;
@@ -330,6 +351,9 @@ struct HostService::Impl {
   std::string ep_send(Client& c, const abi::CtlEpBatch& b, std::span<const abi::CtlEpReq> reqs, abi::Response& rs,
                       std::vector<uint8_t>& out);
   void deliver_ev_events();
+  bool note_ev_view(CtlState& st, HostQp& q, uint32_t ev_index, bool bad);
+  void emit_ev_event(CtlState& st, const HostQp& q, uint32_t ev_index, uint32_t wire_ev, bool bad);
+  void release_ev_views(CtlState& st, HostQp& q);
   HostQp* find_qp(uint32_t dev, uint32_t qpn);
   HostQp* qp_of(const std::pair<uint64_t, uint32_t>& ref);  // (client, QP handle)
   void apply_denials(Client& c, HostQp& q);
@@ -1361,6 +1385,7 @@ std::string HostService::Impl::modify_qp(Client& c, HostQp& q, const abi::QpAttr
       err = fmt::format("attributes refused for {}", engine::qp_state_name(to));
   });
   if (!err.empty()) return err;
+  if ((a.mask & abi::kModState) && (a.state == kIbvReset || a.state == kIbvInit)) release_ev_views(st, q);
   q.attr = attr;
   if (a.mask & abi::kModDgid) {
     std::memcpy(q.dgid.data(), a.dgid, 16);
@@ -1458,10 +1483,13 @@ void HostService::Impl::check_links() {
       if (d.link_up(p)) up |= 1u << p;
     const uint32_t before = planes_up[d.index()];
     planes_up[d.index()] = up;
-    if ((before != 0) == (up != 0)) continue;
-    const abi::Event e{up ? kEvPortActive : kEvPortErr, 2, 1, 0};
-    for (auto& [id, c] : clients)
-      if (c->dev == &d) send_event(*c, e);
+    // Verbs ports are the planes (port p + 1), as the control API has them.
+    for (uint32_t changed = before ^ up; changed; changed &= changed - 1) {
+      const uint32_t p = uint32_t(std::countr_zero(changed));
+      const abi::Event e{(up >> p) & 1 ? kEvPortActive : kEvPortErr, 2, p + 1, 0};
+      for (auto& [id, c] : clients)
+        if (c->dev == &d) send_event(*c, e);
+    }
   }
 }
 
@@ -1585,7 +1613,8 @@ std::string HostService::Impl::ctl_handle(Client& c, const abi::Request& rq, std
 std::string HostService::Impl::put_fmt(Client& c, const abi::CtlFmt& f, abi::Response& rs) {
   CtlState& st = ctl[c.dev->index()];
   auto it = st.fmts.find(f.id);
-  const abi::CtlFmt old = it != st.fmts.end() ? it->second : abi::CtlFmt{f.id, kStateInit, 0, 0, {}};
+  const abi::CtlFmt old = it != st.fmts.end() ? it->second : abi::CtlFmt{f.id, kStateInit, 0, 0, {}, 0};
+  if (auto e = stale_write("EV format", f.id, f.generation, old.generation, rs); !e.empty()) return e;
   if (!legal_transition(old.state, f.state))
     return fmt::format("EV format profile {}: no transition {} -> {}", f.id, state_name(old.state), state_name(f.state));
   bool in_use = false;
@@ -1614,7 +1643,9 @@ std::string HostService::Impl::put_fmt(Client& c, const abi::CtlFmt& f, abi::Res
     return "EV format mode: UDP or STEV (SRv6 is not supported)";
   }
   const uint32_t max_bits = f.mode == kFmtUdp ? 16 : 32;
-  if (f.nfields == 0 || f.nfields > abi::kCtlMaxFields) return "EV format fields: 1 to 16";
+  // OFFLINE needs the mode only; the fields may come later, before ONLINE.
+  if (f.nfields > abi::kCtlMaxFields || (f.nfields == 0 && f.state == kStateOnline))
+    return "EV format fields: 1 to 16 (ONLINE needs them)";
   for (uint32_t i = 0; i < f.nfields; ++i)
     if (f.widths[i] == 0) return fmt::format("EV format field {} has width 0", i);
   if (fmt_bits(f) > max_bits) {
@@ -1625,8 +1656,9 @@ std::string HostService::Impl::put_fmt(Client& c, const abi::CtlFmt& f, abi::Res
     rs.err = ENOSPC;
     return "too many EV format profiles";
   }
-  st.fmts[f.id] = f;
-  rs.ctl_fmt = f;
+  abi::CtlFmt& rec = st.fmts[f.id] = f;
+  rec.generation = st.next_generation();
+  rs.ctl_fmt = rec;
   return {};
 }
 
@@ -1638,6 +1670,8 @@ std::string HostService::Impl::put_ev(Client& c, const abi::CtlEv& e, std::span<
   EvRec old;
   old.e.id = e.id;
   if (it != st.evs.end()) old = it->second;
+  if (auto err = stale_write("EV", e.id, e.generation, old.e.generation, rs); !err.empty()) return err;
+  if (e.id == 0) return "EV profile 0 is the device's own configuration";
   if (!legal_transition(old.e.state, e.state))
     return fmt::format("EV profile {}: no transition {} -> {}", e.id, state_name(old.e.state), state_name(e.state));
   if (e.state == kStateInit) {
@@ -1657,6 +1691,7 @@ std::string HostService::Impl::put_ev(Client& c, const abi::CtlEv& e, std::span<
     abi::CtlEv a = e, b = old.e;
     a.state = b.state = 0;
     a.nentries = b.nentries = 0;
+    a.generation = b.generation = 0;
     bool same = std::memcmp(&a, &b, sizeof a) == 0 && entries.size() == old.entries.size();
     for (size_t i = 0; same && i < entries.size(); ++i)
       same = std::memcmp(entries[i].val, old.entries[i].val, sizeof entries[i].val) == 0 &&
@@ -1730,10 +1765,10 @@ std::string HostService::Impl::put_ev(Client& c, const abi::CtlEv& e, std::span<
       for (uint32_t b = bits; b < 256; ++b)
         if ((v[b / 8] >> (7 - b % 8)) & 1) return fmt::format("an EV has bits beyond the format's {} bits", bits);
     }
+    if (e.min_active > e.count) return "ev_min_active exceeds ev_count";
     if (e.state == kStateOnline) {
       for (auto& en : rec.entries)
         if (en.port == 0) return "EXP EV profile: every EV must be set before it goes ONLINE";
-      if (e.min_active > e.count) return "ev_min_active exceeds ev_count";
     }
   }
   // EV states: DENIED or not; live QPs follow.
@@ -1746,11 +1781,18 @@ std::string HostService::Impl::put_ev(Client& c, const abi::CtlEv& e, std::span<
   }
   rec.e.state = e.state;
   rec.e.nentries = uint32_t(rec.entries.size());
+  rec.e.generation = st.next_generation();
   st.evs[e.id] = rec;
+  // A denial or restore supersedes what the QPs had seen of the EV (the
+  // engine reports no event for moves to and from DENIED).
+  for (uint32_t i : changed)
+    if (i < st.evs[e.id].bad_qps.size()) st.evs[e.id].bad_qps[i] = 0;
   for (const auto& ref : rec.qps) {
     HostQp* qp = qp_of(ref);
     if (!qp) continue;
     HostQp& q = *qp;
+    for (uint32_t i : changed)
+      if (i < q.ev_bad.size()) q.ev_bad[i] = 0;
     q.shard->call([&] {
       for (uint32_t i : changed)
         q.shard->engine().set_ev_state(q.qpn, i,
@@ -1796,11 +1838,14 @@ std::string HostService::Impl::put_cc(Client& c, const abi::CtlCc& cc, abi::Resp
   CcRec old;
   old.c.id = cc.id;
   if (it != st.ccs.end()) old = it->second;
+  if (auto e = stale_write("CC", cc.id, cc.generation, old.c.generation, rs); !e.empty()) return e;
+  if (cc.id == 0) return "CC profile 0 is the device's own configuration";
   if (!legal_transition(old.c.state, cc.state))
     return fmt::format("CC profile {}: no transition {} -> {}", cc.id, state_name(old.c.state), state_name(cc.state));
   if (old.c.state == kStateOnline) {
     abi::CtlCc a = cc, b = old.c;
     a.state = b.state = 0;
+    a.generation = b.generation = 0;
     if (std::memcmp(&a, &b, sizeof a) != 0) {
       rs.err = EBUSY;
       return fmt::format("CC profile {} is ONLINE: take it OFFLINE to change it", cc.id);
@@ -1820,7 +1865,7 @@ std::string HostService::Impl::put_cc(Client& c, const abi::CtlCc& cc, abi::Resp
     rs.err = ENOTSUP;
     return fmt::format("CC algorithm '{}' (uet-1.0-nscc, dcqcn, or none)", algo);
   }
-  if (cc.state == kStateOnline && algo == kCcAlgorithms[0] && !cc.has_config) return "NSCC needs its config to go ONLINE";
+  if (cc.state == kStateOnline && !cc.has_config) return fmt::format("CC profile {}: ONLINE needs CONFIG", cc.id);
   if (cc.has_config && algo == kCcAlgorithms[0]) {
     const auto& n = cc.nscc;
     // Written as "!(in range)" so that NaN fails; NaN or inf would reach the
@@ -1838,8 +1883,9 @@ std::string HostService::Impl::put_cc(Client& c, const abi::CtlCc& cc, abi::Resp
   }
   CcRec rec = old;
   rec.c = cc;
+  rec.c.generation = st.next_generation();
   st.ccs[cc.id] = rec;
-  rs.ctl_cc = cc;
+  rs.ctl_cc = rec.c;
   return {};
 }
 
@@ -1936,6 +1982,19 @@ HostQp* HostService::Impl::find_qp(uint32_t dev, uint32_t qpn) {
   return nullptr;
 }
 
+// One QP's view of an EV changed; returns whether the profile's did (the
+// first QP to see it bad, or the last to let it go).
+bool HostService::Impl::note_ev_view(CtlState& st, HostQp& q, uint32_t ev_index, bool bad) {
+  auto it = q.ev_profile ? st.evs.find(q.ev_profile) : st.evs.end();
+  if (q.ev_profile && it == st.evs.end()) return false;
+  std::vector<uint32_t>& counts = q.ev_profile ? it->second.bad_qps : st.own_bad_qps;
+  if (q.ev_bad.size() <= ev_index) q.ev_bad.resize(ev_index + 1, 0);
+  if (counts.size() <= ev_index) counts.resize(ev_index + 1, 0);
+  if (q.ev_bad[ev_index] == uint8_t(bad)) return false;
+  q.ev_bad[ev_index] = bad;
+  return bad ? counts[ev_index]++ == 0 : counts[ev_index] && --counts[ev_index] == 0;
+}
+
 void HostService::Impl::deliver_ev_events() {
   std::vector<std::pair<uint32_t, EvEventRecord>> evs;
   {
@@ -1944,42 +2003,48 @@ void HostService::Impl::deliver_ev_events() {
   }
   for (auto& [d, e] : evs) {
     CtlState& st = ctl[d];
-    if (st.sinks.empty()) continue;
     HostQp* q = find_qp(d, e.qpn);
     if (!q) continue;
-    const uint32_t state = e.to == engine::EvState::assumed_bad ? kCtlAssumedBad : kCtlGood;
-    abi::CtlEvent out{};
-    out.profile_id = q->ev_profile;
-    out.state = state;
-    if (q->ev_profile) {
-      auto it = st.evs.find(q->ev_profile);
-      if (it == st.evs.end() || e.ev_index >= it->second.entries.size()) continue;
-      if (!(uint32_t(it->second.e.event_mask) & state)) continue;
-      std::memcpy(out.val, it->second.entries[e.ev_index].val, 32);
-      out.port = it->second.entries[e.ev_index].port;
-    } else {
-      // The device's own EVs: the value as the wire carries it.
-      out.val[0] = uint8_t(e.ev >> 8);
-      out.val[1] = uint8_t(e.ev);
-      out.port = uint8_t(1 + (q->attr.ev.evs.size() > e.ev_index ? q->attr.ev.evs[e.ev_index].plane : 0));
+    const bool bad = e.to == engine::EvState::assumed_bad;
+    if (!note_ev_view(st, *q, e.ev_index, bad)) continue;
+    emit_ev_event(st, *q, e.ev_index, e.ev, bad);
+  }
+}
+
+void HostService::Impl::emit_ev_event(CtlState& st, const HostQp& q, uint32_t ev_index, uint32_t wire_ev, bool bad) {
+  if (st.sinks.empty()) return;
+  const uint32_t state = bad ? kCtlAssumedBad : kCtlGood;
+  abi::CtlEvent out{};
+  out.profile_id = q.ev_profile;
+  out.state = state;
+  if (q.ev_profile) {
+    auto it = st.evs.find(q.ev_profile);
+    if (it == st.evs.end() || ev_index >= it->second.entries.size()) return;
+    if (!(uint32_t(it->second.e.event_mask) & state)) return;
+    std::memcpy(out.val, it->second.entries[ev_index].val, 32);
+    out.port = it->second.entries[ev_index].port;
+  } else {
+    // The device's own EVs: the value as the wire carries it.
+    out.val[0] = uint8_t(wire_ev >> 8);
+    out.val[1] = uint8_t(wire_ev);
+    out.port = uint8_t(1 + (q.attr.ev.evs.size() > ev_index ? q.attr.ev.evs[ev_index].plane : 0));
+  }
+  for (auto& sk : st.sinks) {
+    const uint32_t used = sk.prod - abi::load_acquire(sk.hdr->cons);
+    if (used >= sk.depth) {  // full (or garbage): counted into the next event that fits
+      ++sk.dropped;
+      continue;
     }
-    for (auto& sk : st.sinks) {
-      const uint32_t used = sk.prod - abi::load_acquire(sk.hdr->cons);
-      if (used >= sk.depth) {  // full (or garbage): counted into the next event that fits
-        ++sk.dropped;
-        continue;
-      }
-      out.drop_count = sk.dropped;
-      sk.dropped = 0;
-      std::memcpy(&sk.ring[sk.prod & (sk.depth - 1)], &out, sizeof out);
-      abi::store_release(sk.hdr->prod, ++sk.prod);
-      std::atomic_thread_fence(std::memory_order_seq_cst);  // as in write_cqe
-      const uint32_t arm = abi::load_acquire(sk.hdr->arm_sn);
-      if (sk.eventfd >= 0 && arm != sk.fired) {
-        sk.fired = arm;
-        abi::store_release(sk.hdr->fired_sn, arm);
-        signal_channel(sk.eventfd);
-      }
+    out.drop_count = sk.dropped;
+    sk.dropped = 0;
+    std::memcpy(&sk.ring[sk.prod & (sk.depth - 1)], &out, sizeof out);
+    abi::store_release(sk.hdr->prod, ++sk.prod);
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // as in write_cqe
+    const uint32_t arm = abi::load_acquire(sk.hdr->arm_sn);
+    if (sk.eventfd >= 0 && arm != sk.fired) {
+      sk.fired = arm;
+      abi::store_release(sk.hdr->fired_sn, arm);
+      signal_channel(sk.eventfd);
     }
   }
 }
@@ -1995,8 +2060,20 @@ void HostService::Impl::apply_denials(Client& c, HostQp& q) {
   });
 }
 
+// The QP's EVs start over (RESET, INIT) or go: what only it saw bad is no
+// longer bad for its profile.
+void HostService::Impl::release_ev_views(CtlState& st, HostQp& q) {
+  for (uint32_t i = 0; i < q.ev_bad.size(); ++i)
+    if (q.ev_bad[i] && note_ev_view(st, q, i, false)) {
+      const auto& own = q.attr.ev.evs;
+      emit_ev_event(st, q, i, i < own.size() ? own[i].value : 0, false);
+    }
+  q.ev_bad.clear();
+}
+
 void HostService::Impl::detach(Client& c, HostQp& q) {
   CtlState& st = ctl[c.dev->index()];
+  release_ev_views(st, q);
   if (q.ev_profile)
     if (auto it = st.evs.find(q.ev_profile); it != st.evs.end())
       std::erase(it->second.qps, std::make_pair(c.id, q.handle));

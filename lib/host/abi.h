@@ -21,7 +21,7 @@
 
 namespace mrc::host::abi {
 
-inline constexpr uint32_t kAbiVersion = 4;
+inline constexpr uint32_t kAbiVersion = 5;
 inline constexpr size_t kCacheLine = 64;
 inline constexpr size_t kPage = 4096;
 inline constexpr uint32_t kMaxPlanes = 16;
@@ -277,10 +277,16 @@ struct CtlPort {
 
 inline constexpr uint32_t kCtlMaxFields = 16;
 
+// Profiles are read, changed by the library and written back whole. Each
+// carries the generation it was read at (0: it did not exist); the NIC takes
+// a write only at the profile's current generation and answers ESTALE
+// otherwise (the library reads again and retries), so two controllers'
+// changes cannot overwrite each other.
 struct CtlFmt {
   uint64_t id;
   uint32_t state, mode, nfields;
   uint8_t widths[kCtlMaxFields];
+  uint32_t generation;
 };
 
 struct CtlField {
@@ -296,6 +302,7 @@ struct CtlEv {
   uint32_t nfields;
   CtlField fields[kCtlMaxFields];
   uint32_t nentries;  // CtlEvEntry records follow the request/response
+  uint32_t generation;
 };
 
 struct CtlEvEntry {
@@ -317,6 +324,7 @@ struct CtlCc {
   char algorithm[32];  // empty: none
   uint32_t has_config;
   CtlNscc nscc;
+  uint32_t generation;
 };
 
 struct CtlEventCq {

@@ -561,7 +561,10 @@ MRC_EXPORT int mrc_modify_qp(mrc_qp* q, ibv_qp_attr* va, int vmask, mrc_qp_attr*
     a.mask |= abi::kModCurState;
     a.cur_state = va->cur_qp_state;
   }
-  if (vmask & IBV_QP_PORT && va->port_num != 1) return complain("modify QP: the device has one port (1)"), errno = EINVAL, EINVAL;
+  if (vmask & IBV_QP_PORT && !c.is_port(va->port_num))
+    return complain("modify QP: port " + std::to_string(va->port_num) + " is not one of the device's ports (1.." +
+                    std::to_string(c.info.num_planes) + ")"),
+           errno = EINVAL, EINVAL;
   if (vmask & IBV_QP_PKEY_INDEX && va->pkey_index != 0) return complain("modify QP: P_Key index must be 0"), errno = EINVAL, EINVAL;
   if (vmask & IBV_QP_ACCESS_FLAGS) {
     a.mask |= abi::kModAccess;
@@ -579,8 +582,12 @@ MRC_EXPORT int mrc_modify_qp(mrc_qp* q, ibv_qp_attr* va, int vmask, mrc_qp_attr*
       complain("modify QP: RoCE needs a global route (ah_attr.is_global = 1 with grh.dgid)");
       return errno = EINVAL, EINVAL;
     }
-    if (va->ah_attr.grh.sgid_index >= c.info.gid_count || (va->ah_attr.port_num && va->ah_attr.port_num != 1)) {
+    if (va->ah_attr.grh.sgid_index >= c.info.gid_count) {
       complain("modify QP: source GID index " + std::to_string(va->ah_attr.grh.sgid_index) + " is not in the table");
+      return errno = EINVAL, EINVAL;
+    }
+    if (va->ah_attr.port_num && !c.is_port(va->ah_attr.port_num)) {
+      complain("modify QP: address port " + std::to_string(va->ah_attr.port_num) + " is not one of the device's ports");
       return errno = EINVAL, EINVAL;
     }
     a.mask |= abi::kModDgid;
@@ -787,7 +794,7 @@ MRC_EXPORT int mrc_get_async_event(mrc_context* m, mrc_async_event* event) {
       if (it == c.cqs.end()) continue;
       event->element.cq = it->second;
     } else if (e.kind == 2) {
-      event->element.port_num = 1;
+      event->element.port_num = int(e.handle);  // the plane's port
     }
     return 0;
   }

@@ -2,7 +2,8 @@
 // in the NIC (they outlive the controller); each call reads the profile,
 // applies the attribute mask and operation here, and hands the whole new
 // profile to the NIC, which checks the life cycle and limits and applies
-// EV state changes to the QPs using it.
+// EV state changes to the QPs using it. The NIC takes it only if nothing
+// wrote the profile since the read; otherwise the call starts again.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -74,6 +75,20 @@ int put_ev(Context& c, EvProfile& p) {
                 {reinterpret_cast<const uint8_t*>(p.entries.data()), p.entries.size() * sizeof(abi::CtlEvEntry)});
 }
 
+// Profiles are read, changed here and written back whole; the NIC refuses a
+// write made from a stale read (ESTALE: another controller changed the
+// profile in between), and the change is made again from a fresh read, so
+// both land. `attempt` returns 0 or an errno value.
+template <class Attempt>
+int from_fresh_reads(Attempt&& attempt) {
+  constexpr int kTries = 1000;  // each a round trip; contention clears long before
+  for (int tries = 1;; ++tries) {
+    const int e = attempt();
+    if (e != ESTALE) return e;
+    if (tries == kTries) return EBUSY;
+  }
+}
+
 }  // namespace
 
 MRC_EXPORT void mrc_ctl_query_version(uint32_t* current_version, uint32_t* last_supported_version,
@@ -112,11 +127,13 @@ MRC_EXPORT int mrc_ctl_query_device(ibv_context* context, mrc_ctl_device_attr* a
 MRC_EXPORT int mrc_ctl_query_device_ex(ibv_context* context, mrc_context* mcontext, mrc_ctl_device_attr* a,
                                        int* supported) {
   if (!supported || (mcontext && ctx_of(mcontext) != Context::from(context))) return ctl_fail(EINVAL);
-  *supported = Context::from(context) != nullptr;
+  Context* c = Context::from(context);
+  *supported = c != nullptr;
   if (!*supported) {
     if (a) std::memset(a, 0, sizeof *a);
     return 0;
   }
+  c->ctl_v101.store(true, std::memory_order_relaxed);
   return mrc_ctl_query_device(context, a);
 }
 
@@ -141,7 +158,8 @@ MRC_EXPORT int mrc_ctl_query_port(mrc_context* m, uint8_t port_num, mrc_ctl_port
 }
 
 MRC_EXPORT int mrc_ctl_modify_port(mrc_context* m, uint8_t port_num, mrc_ctl_port_attr* attr, int mask) {
-  if (!attr || (mask & ~MRC_CTL_PORT_ADMIN_STATE)) return ctl_fail(EINVAL);
+  if (!attr || (mask & ~MRC_CTL_PORT_ADMIN_STATE) || !ctx_of(m) || !ctx_of(m)->is_port(port_num))
+    return ctl_fail(EINVAL);
   if (!(mask & MRC_CTL_PORT_ADMIN_STATE)) return 0;
   if (attr->port_admin_state != MRC_CTL_PORT_ADMIN_ENABLED && attr->port_admin_state != MRC_CTL_PORT_ADMIN_DISABLED)
     return ctl_fail(EINVAL);
@@ -166,26 +184,28 @@ MRC_EXPORT int mrc_ctl_modify_ev_fmt_profile(mrc_context* m, uint64_t id, mrc_ct
                                              int mask) {
   Context* c = ctx_of(m);
   if (!c || !attr) return ctl_fail(EINVAL);
-  abi::CtlFmt f{};
-  if (int e = get_fmt(*c, id, f); e) return ctl_fail(e);
-  if ((mask & MRC_CTL_EV_FMT_PROFILE_CUR_STATE) && uint32_t(attr->cur_profile_state) != f.state) return ctl_fail(EINVAL);
-  if (mask & MRC_CTL_EV_FMT_PROFILE_STATE) f.state = attr->profile_state;
-  if (mask & MRC_CTL_EV_FMT_PROFILE_MODE) f.mode = attr->ev_fmt_mode;
-  if (mask & MRC_CTL_EV_FMT_PROFILE_OP) {
-    if (attr->ev_fmt_op.op != MRC_CTL_EV_FMT_OP_MODIFY_FIELDS) return ctl_fail(EINVAL);
-    const int n = attr->ev_fmt_op.fmt_field_count;
-    if (n < 0 || (n > 0 && !attr->ev_fmt_op.fmt_fields)) return ctl_fail(EINVAL);
-    if (n > int(abi::kCtlMaxFields)) return ctl_fail(E2BIG);
-    f.nfields = uint32_t(n);
-    std::memset(f.widths, 0, sizeof f.widths);
-    for (int i = 0; i < n; ++i) f.widths[i] = attr->ev_fmt_op.fmt_fields[i].width;
-  }
-  abi::Request rq{};
-  rq.op = abi::Op::ctl_put_fmt;
-  rq.ctl_fmt = f;
-  abi::Response rs{};
-  if (int e = c->call(rq, rs); e) return ctl_fail(e);
-  return 0;
+  const int e = from_fresh_reads([&] {
+    abi::CtlFmt f{};
+    if (int e = get_fmt(*c, id, f); e) return e;
+    if ((mask & MRC_CTL_EV_FMT_PROFILE_CUR_STATE) && uint32_t(attr->cur_profile_state) != f.state) return EINVAL;
+    if (mask & MRC_CTL_EV_FMT_PROFILE_STATE) f.state = attr->profile_state;
+    if (mask & MRC_CTL_EV_FMT_PROFILE_MODE) f.mode = attr->ev_fmt_mode;
+    if (mask & MRC_CTL_EV_FMT_PROFILE_OP) {
+      if (attr->ev_fmt_op.op != MRC_CTL_EV_FMT_OP_MODIFY_FIELDS) return EINVAL;
+      const int n = attr->ev_fmt_op.fmt_field_count;
+      if (n < 0 || (n > 0 && !attr->ev_fmt_op.fmt_fields)) return EINVAL;
+      if (n > int(abi::kCtlMaxFields)) return E2BIG;
+      f.nfields = uint32_t(n);
+      std::memset(f.widths, 0, sizeof f.widths);
+      for (int i = 0; i < n; ++i) f.widths[i] = attr->ev_fmt_op.fmt_fields[i].width;
+    }
+    abi::Request rq{};
+    rq.op = abi::Op::ctl_put_fmt;
+    rq.ctl_fmt = f;
+    abi::Response rs{};
+    return c->call(rq, rs);
+  });
+  return e ? ctl_fail(e) : 0;
 }
 
 MRC_EXPORT int mrc_ctl_query_ev_fmt_profile(mrc_context* m, uint64_t id, mrc_ctl_ev_fmt_profile_attr* attr,
@@ -213,60 +233,84 @@ MRC_EXPORT int mrc_ctl_modify_ev_profile(mrc_context* m, uint64_t id, mrc_ctl_ev
   Context* c = ctx_of(m);
   if (!c || !attr) return ctl_fail(EINVAL);
   if ((mask & MRC_CTL_EV_PROFILE_EV_OP) && (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP)) return ctl_fail(EINVAL);
-  EvProfile p;
-  if (int e = get_ev(*c, id, p); e) return ctl_fail(e);
-  if ((mask & MRC_CTL_EV_PROFILE_CUR_STATE) && uint32_t(attr->cur_profile_state) != p.e.state) return ctl_fail(EINVAL);
-  if (mask & MRC_CTL_EV_PROFILE_STATE) p.e.state = attr->profile_state;
-  if (mask & MRC_CTL_EV_PROFILE_MODE) p.e.mode = attr->ev_mode;
-  if (mask & MRC_CTL_EV_PROFILE_FMT_ID) p.e.fmt_id = attr->ev_fmt_profile_id;
-  if (mask & MRC_CTL_EV_PROFILE_COUNT) {
-    if (attr->ev_count > abi::kCtlMaxEvs) return ctl_fail(E2BIG);
-    p.e.count = attr->ev_count;
-    if (p.e.mode == MRC_CTL_EV_MODE_EXP) p.entries.resize(p.e.count);  // new slots unpopulated
-  }
-  if (mask & MRC_CTL_EV_PROFILE_MIN_ACTIVE) p.e.min_active = attr->ev_min_active;
-  if (mask & MRC_CTL_EV_PROFILE_EVENT_MASK) p.e.event_mask = attr->ev_event_mask;
-  if (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP) {
-    if (attr->ev_fields_op.op != MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS) return ctl_fail(EINVAL);
-    const int n = attr->ev_fields_op.field_count;
-    if (n < 0 || (n > 0 && !attr->ev_fields_op.fields)) return ctl_fail(EINVAL);
-    if (n > int(abi::kCtlMaxFields)) return ctl_fail(E2BIG);
-    p.e.nfields = uint32_t(n);
-    for (int i = 0; i < n; ++i) {
-      const mrc_ctl_ev_field& f = attr->ev_fields_op.fields[i];
-      p.e.fields[i] = {f.width, f.init_val, f.min_val, f.max_val, f.mask};
-    }
-  }
+  // The query operations are accepted here too (also while ONLINE): they
+  // change nothing and answer as mrc_ctl_query_ev_profile would.
+  const bool query_op = (mask & MRC_CTL_EV_PROFILE_EV_OP) && (attr->ev_op.op == MRC_CTL_EV_OP_QUERY_EV_STATE ||
+                                                              attr->ev_op.op == MRC_CTL_EV_OP_QUERY_EV_ARRAY);
+  if (query_op) mask &= ~MRC_CTL_EV_PROFILE_EV_OP;
   int op_err = 0;
-  if (mask & MRC_CTL_EV_PROFILE_EV_OP) {
-    const auto op = attr->ev_op.op;
-    const int n = attr->ev_op.entry_count;
-    if (n < 0 || (n > 0 && !attr->ev_op.entries)) return ctl_fail(EINVAL);
-    if (op != MRC_CTL_EV_OP_REPLACE_EV && op != MRC_CTL_EV_OP_MODIFY_EV_STATE) return ctl_fail(EINVAL);
-    for (int i = 0; i < n && !op_err; ++i) {
-      const mrc_ctl_ev_op_entry& en = attr->ev_op.entries[i];
-      if (en.state != MRC_CTL_EV_GOOD && en.state != MRC_CTL_EV_DENIED) {
-        op_err = EINVAL;
-        break;
-      }
-      const bool all = (en.flags & MRC_CTL_EV_OP_F_ALL_COPIES) != 0;
-      bool hit = false;
-      for (auto& cur : p.entries) {
-        if (!same_ev(cur, en.ev)) continue;
-        if (op == MRC_CTL_EV_OP_REPLACE_EV) {
-          std::memcpy(cur.val, en.ev_new.val, sizeof cur.val);
-          cur.port = en.ev_new.port;
-        }
-        cur.state = to_wire_state(en.state);
-        hit = true;
-        if (!all) break;
-      }
-      if (!hit) op_err = ENOENT;
+  const int e = from_fresh_reads([&] {
+    EvProfile p;
+    if (int e = get_ev(*c, id, p); e) return e;
+    if ((mask & MRC_CTL_EV_PROFILE_CUR_STATE) && uint32_t(attr->cur_profile_state) != p.e.state) return EINVAL;
+    if (!(mask & ~MRC_CTL_EV_PROFILE_CUR_STATE)) return 0;  // nothing to write
+    if (mask & MRC_CTL_EV_PROFILE_STATE) p.e.state = attr->profile_state;
+    if (mask & MRC_CTL_EV_PROFILE_MODE) p.e.mode = attr->ev_mode;
+    if (mask & MRC_CTL_EV_PROFILE_FMT_ID) p.e.fmt_id = attr->ev_fmt_profile_id;
+    if (mask & MRC_CTL_EV_PROFILE_COUNT) {
+      if (attr->ev_count > abi::kCtlMaxEvs) return E2BIG;
+      p.e.count = attr->ev_count;
+      if (p.e.mode == MRC_CTL_EV_MODE_EXP) p.entries.resize(p.e.count);  // new slots unpopulated
     }
+    if (mask & MRC_CTL_EV_PROFILE_MIN_ACTIVE) p.e.min_active = attr->ev_min_active;
+    if (mask & MRC_CTL_EV_PROFILE_EVENT_MASK) {
+      if (attr->ev_event_mask & ~(MRC_CTL_EV_GOOD | MRC_CTL_EV_ASSUMED_BAD))
+        return EINVAL;  // the states that raise events
+      p.e.event_mask = attr->ev_event_mask;
+    }
+    if (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP) {
+      if (attr->ev_fields_op.op != MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS) return EINVAL;
+      const int n = attr->ev_fields_op.field_count;
+      if (n < 0 || (n > 0 && !attr->ev_fields_op.fields)) return EINVAL;
+      if (n > int(abi::kCtlMaxFields)) return E2BIG;
+      p.e.nfields = uint32_t(n);
+      for (int i = 0; i < n; ++i) {
+        const mrc_ctl_ev_field& f = attr->ev_fields_op.fields[i];
+        p.e.fields[i] = {f.width, f.init_val, f.min_val, f.max_val, f.mask};
+      }
+    }
+    op_err = 0;
+    if (mask & MRC_CTL_EV_PROFILE_EV_OP) {
+      const auto op = attr->ev_op.op;
+      const int n = attr->ev_op.entry_count;
+      if (n < 0 || (n > 0 && !attr->ev_op.entries)) return EINVAL;
+      if (op != MRC_CTL_EV_OP_REPLACE_EV && op != MRC_CTL_EV_OP_MODIFY_EV_STATE) return EINVAL;
+      // GEN profiles compute their array: there is nothing to replace.
+      if (op == MRC_CTL_EV_OP_REPLACE_EV && p.e.mode != MRC_CTL_EV_MODE_EXP) return EINVAL;
+      for (int i = 0; i < n && !op_err; ++i) {
+        const mrc_ctl_ev_op_entry& en = attr->ev_op.entries[i];
+        if (en.state != MRC_CTL_EV_GOOD && en.state != MRC_CTL_EV_DENIED) {
+          op_err = EINVAL;
+          break;
+        }
+        const bool all = (en.flags & MRC_CTL_EV_OP_F_ALL_COPIES) != 0;
+        bool hit = false;
+        for (auto& cur : p.entries) {
+          if (!same_ev(cur, en.ev)) continue;
+          if (op == MRC_CTL_EV_OP_REPLACE_EV) {
+            std::memcpy(cur.val, en.ev_new.val, sizeof cur.val);
+            cur.port = en.ev_new.port;
+          }
+          cur.state = to_wire_state(en.state);
+          hit = true;
+          if (!all) break;
+        }
+        if (!hit) op_err = ENOENT;
+      }
+    }
+    // Entries before a failing one have taken effect, as the API says.
+    return put_ev(*c, p);
+  });
+  if (e) return ctl_fail(e);
+  if (op_err) return ctl_fail(op_err);
+  if (!query_op) return 0;
+  mrc_ctl_ev_profile_attr q = *attr;  // answers into the caller's entries only
+  if (mrc_ctl_query_ev_profile(m, id, &q, MRC_CTL_EV_PROFILE_EV_OP) != 0) {
+    attr->ev_op.entry_count = q.ev_op.entry_count;  // E2BIG says how many
+    return -1;
   }
-  // Entries before a failing one have taken effect, as the API says.
-  if (int e = put_ev(*c, p); e) return ctl_fail(e);
-  return op_err ? ctl_fail(op_err) : 0;
+  attr->ev_op.entry_count = q.ev_op.entry_count;
+  return 0;
 }
 
 MRC_EXPORT int mrc_ctl_query_ev_profile(mrc_context* m, uint64_t id, mrc_ctl_ev_profile_attr* attr, int mask) {
@@ -340,33 +384,46 @@ static int get_cc(Context& c, uint64_t id, abi::CtlCc& cc) {
 MRC_EXPORT int mrc_ctl_modify_cc_profile(mrc_context* m, uint64_t id, mrc_ctl_cc_profile_attr* attr, int mask) {
   Context* c = ctx_of(m);
   if (!c || !attr) return ctl_fail(EINVAL);
-  abi::CtlCc cc{};
-  if (int e = get_cc(*c, id, cc); e) return ctl_fail(e);
-  if ((mask & MRC_CTL_CC_PROFILE_CUR_STATE) && uint32_t(attr->cur_profile_state) != cc.state) return ctl_fail(EINVAL);
-  if (mask & MRC_CTL_CC_PROFILE_STATE) cc.state = attr->profile_state;
-  if (mask & MRC_CTL_CC_PROFILE_ALGORITHM) {
-    const char* a = attr->algorithm ? attr->algorithm : "";
-    if (std::strlen(a) >= sizeof cc.algorithm) return ctl_fail(ENOTSUP);
-    std::memset(cc.algorithm, 0, sizeof cc.algorithm);
-    std::memcpy(cc.algorithm, a, std::strlen(a));
-  }
-  if (mask & MRC_CTL_CC_PROFILE_CONFIG) {
-    if (!attr->cc_config) return ctl_fail(EINVAL);
-    if (std::strcmp(cc.algorithm, "uet-1.0-nscc") == 0) {
-      const auto* n = static_cast<const mrc_ctl_cc_nscc_cfg*>(attr->cc_config);
-      cc.nscc = {n->disable_qa,  n->adjust_bytes_threshold, n->adjust_period_threshold, n->base_rtt,
-                 n->eta,         n->fi,                     n->fi_scale,                n->gamma,
-                 n->max_md_jump, n->max_cwnd,               n->qa_gate,                 n->qa_threshold,
-                 n->target_delay};
+  const int e = from_fresh_reads([&] {
+    abi::CtlCc cc{};
+    if (int e = get_cc(*c, id, cc); e) return e;
+    if ((mask & MRC_CTL_CC_PROFILE_CUR_STATE) && uint32_t(attr->cur_profile_state) != cc.state) return EINVAL;
+    if (mask & MRC_CTL_CC_PROFILE_STATE) cc.state = attr->profile_state;
+    if (mask & MRC_CTL_CC_PROFILE_ALGORITHM) {
+      const char* a = attr->algorithm ? attr->algorithm : "";
+      if (std::strlen(a) >= sizeof cc.algorithm) return ENOTSUP;
+      std::memset(cc.algorithm, 0, sizeof cc.algorithm);
+      std::memcpy(cc.algorithm, a, std::strlen(a));
     }
-    cc.has_config = 1;
-  }
-  abi::Request rq{};
-  rq.op = abi::Op::ctl_put_cc;
-  rq.ctl_cc = cc;
-  abi::Response rs{};
-  if (int e = c->call(rq, rs); e) return ctl_fail(e);
-  return 0;
+    if (mask & MRC_CTL_CC_PROFILE_CONFIG) {
+      // Only NSCC has a parameter struct; for the others CONFIG takes their
+      // defaults, and cc_config may be NULL.
+      if (std::strcmp(cc.algorithm, "uet-1.0-nscc") == 0) {
+        if (!attr->cc_config) return EINVAL;
+        const auto* n = static_cast<const mrc_ctl_cc_nscc_cfg*>(attr->cc_config);
+        cc.nscc = {n->disable_qa,
+                   n->adjust_bytes_threshold,
+                   n->adjust_period_threshold,
+                   n->base_rtt,
+                   n->eta,
+                   n->fi,
+                   n->fi_scale,
+                   n->gamma,
+                   n->max_md_jump,
+                   n->max_cwnd,
+                   n->qa_gate,
+                   n->qa_threshold,
+                   n->target_delay};
+      }
+      cc.has_config = 1;
+    }
+    abi::Request rq{};
+    rq.op = abi::Op::ctl_put_cc;
+    rq.ctl_cc = cc;
+    abi::Response rs{};
+    return c->call(rq, rs);
+  });
+  return e ? ctl_fail(e) : 0;
 }
 
 MRC_EXPORT int mrc_ctl_query_cc_profile(mrc_context* m, uint64_t id, mrc_ctl_cc_profile_attr* attr, int /*mask*/) {
@@ -412,13 +469,20 @@ MRC_EXPORT int mrc_ctl_poll_ev_event(mrc_cq* cq, int num_entries, mrc_ctl_ev_eve
   const uint32_t prod = abi::load_acquire(cq->hdr->prod);
   uint32_t n = prod - cq->cons;
   if (n > cq->depth) return -EIO;
-  if (n > uint32_t(num_entries)) n = uint32_t(num_entries);
-  const auto* ring = abi::entries<abi::CtlEvent>(cq->mem);
-  // Control API 1.0.0 programs have no `state` (48-byte events). Nothing
-  // passes the control API version, so the context's mrc.h version stands in.
-  const bool v100 = cq->mctx->api_version < MRC_API_VER(1, 0, 1);
-  const size_t stride = v100 ? offsetof(mrc_ctl_ev_event, state) : sizeof(mrc_ctl_ev_event);
+  // Control API 1.0.0 programs have no `state`: their events are 48 bytes,
+  // 1.0.1 ones 56. A program says it is 1.0.1 by calling
+  // mrc_ctl_query_device_ex(), as the API asks; until then either may be
+  // polling (a stride taken from the mrc.h version overran 1.0.0 arrays). So
+  // one event per call, which sits at the same place in both layouts; with
+  // room for two 1.0.0 events it is written whole, state too, else its
+  // first 48 bytes (1.0.0 semantics).
   static_assert(offsetof(mrc_ctl_ev_event, state) == 48 && sizeof(mrc_ctl_ev_event) == 56);
+  constexpr size_t kV100Bytes = offsetof(mrc_ctl_ev_event, state);
+  const bool v101 = cq->mctx->ctx->ctl_v101.load(std::memory_order_relaxed);
+  if (n > uint32_t(num_entries)) n = uint32_t(num_entries);
+  if (!v101) n = std::min(n, 1u);
+  const auto* ring = abi::entries<abi::CtlEvent>(cq->mem);
+  const size_t stride = v101 || num_entries >= 2 ? sizeof(mrc_ctl_ev_event) : kV100Bytes;
   auto* base = reinterpret_cast<unsigned char*>(out);
   for (uint32_t i = 0; i < n; ++i) {
     const abi::CtlEvent& e = ring[(cq->cons + i) & (cq->depth - 1)];

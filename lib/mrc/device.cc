@@ -357,7 +357,8 @@ int Context::call(abi::Request& rq, abi::Response& rs, const int* fds, int nfds,
   std::memcpy(&rs, rx.data(), sizeof rs);
   if (size_t(n) != sizeof rs + rs.payload_len) return EPROTO;
   if (reply) reply->assign(rx.begin() + long(sizeof rs), rx.begin() + n);
-  if (rs.err) {
+  // A stale profile write is retried by the caller (ctl.cc), not an error yet.
+  if (rs.err && rs.err != ESTALE) {
     rs.message[sizeof rs.message - 1] = 0;
     complain(std::string(device->dev.name) + ": " + rs.message);
   }

@@ -101,8 +101,16 @@ class Context {
   abi::DeviceInfo info{};
   int fd = -1;         // control socket
   int events_fd = -1;  // async events
+  // The program called mrc_ctl_query_device_ex(): it is a control API 1.0.1
+  // program, whose EV events are 56 bytes with a state; otherwise they may be
+  // 48 (ctl.cc, mrc_ctl_poll_ev_event).
+  std::atomic<bool> ctl_v101{false};
 
   static Context* from(ibv_context* c);  // null when not ours
+  // Verbs ports are the planes, as the control API numbers them: port n is
+  // plane n - 1. They share one GID table, and a QP sprays over all of them
+  // whichever it names.
+  bool is_port(uint8_t port) const { return port >= 1 && port <= info.num_planes; }
   static Context* open(Device* d);
   ~Context();
 

@@ -81,33 +81,34 @@ std::vector<Device*> live_devices() {
 
 Pd* our_pd(ibv_pd* pd) { return pd && Context::from(pd->context) ? reinterpret_cast<Pd*>(pd) : nullptr; }
 
-void fill_port(const Context& c, const abi::PortInfo& p, ibv_port_attr* a) {
+void fill_port(const Context& c, uint8_t port, const abi::PortInfo& p, ibv_port_attr* a) {
   std::memset(a, 0, sizeof *a);
   const auto mtu_enum = [](uint32_t bytes) {
     return bytes >= 4096 ? IBV_MTU_4096 : bytes >= 2048 ? IBV_MTU_2048 : bytes >= 1024 ? IBV_MTU_1024
                                       : bytes >= 512    ? IBV_MTU_512
                                                         : IBV_MTU_256;
   };
-  a->state = p.active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  const bool up = (p.planes_up >> (port - 1)) & 1;
+  a->state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = mtu_enum(p.mtu);
   a->gid_tbl_len = int(c.info.gid_count);
   a->port_cap_flags = 0;
   a->max_msg_sz = 1u << 31;
   a->pkey_tbl_len = 1;
-  a->phys_state = p.active ? 5 : 3;  // LinkUp : Disabled
+  a->phys_state = up ? 5 : 3;  // LinkUp : Disabled
   a->link_layer = IBV_LINK_LAYER_ETHERNET;
   a->active_width = 2;   // 4x
   a->active_speed = 32;  // EDR-class: what the port's software rate most resembles
 }
 
 int query_port(Context* c, uint8_t port, ibv_port_attr* out) {
-  if (port != 1 || !out) return fail(EINVAL);
+  if (!c->is_port(port) || !out) return fail(EINVAL);
   abi::Request rq{};
   rq.op = abi::Op::query_port;
   abi::Response rs{};
   if (int e = c->call(rq, rs); e) return fail(e);
-  fill_port(*c, rs.port, out);
+  fill_port(*c, port, rs.port, out);
   return 0;
 }
 
@@ -139,7 +140,7 @@ void fill_device_attr(const Context& c, ibv_device_attr* a) {
   a->max_cqe = int(c.info.max_cq_depth);
   a->max_mr = int(c.info.max_mr);
   a->max_pd = int(c.info.max_pd);
-  a->phys_port_cnt = 1;
+  a->phys_port_cnt = uint8_t(c.info.num_planes);
   a->max_pkeys = 1;
   a->atomic_cap = IBV_ATOMIC_NONE;
 }
@@ -263,7 +264,7 @@ MRC_EXPORT int ibv_query_port(ibv_context* ctx, uint8_t port, _compat_ibv_port_a
 
 MRC_EXPORT int ibv_query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gid* gid) {
   if (Context* c = Context::from(ctx)) {
-    if (port != 1 || index < 0 || uint32_t(index) >= c->info.gid_count || !gid) return fail(EINVAL);
+    if (!c->is_port(port) || index < 0 || uint32_t(index) >= c->info.gid_count || !gid) return fail(EINVAL);
     std::memcpy(gid->raw, c->info.gids[index], 16);
     return 0;
   }
@@ -274,12 +275,13 @@ MRC_EXPORT int ibv_query_gid(ibv_context* ctx, uint8_t port, int index, ibv_gid*
 MRC_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index, ibv_gid_entry* entry,
                                  uint32_t flags, size_t entry_size) {
   if (Context* c = Context::from(ctx)) {
-    if (port != 1 || index >= c->info.gid_count || !entry || entry_size < sizeof(ibv_gid_entry) || flags)
+    if (port > 0xFF || !c->is_port(uint8_t(port)) || index >= c->info.gid_count || !entry ||
+        entry_size < sizeof(ibv_gid_entry) || flags)
       return fail(EINVAL);
     std::memset(entry, 0, entry_size);
     std::memcpy(entry->gid.raw, c->info.gids[index], 16);
     entry->gid_index = index;
-    entry->port_num = 1;
+    entry->port_num = port;
     entry->gid_type = (index % 2) ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
     entry->ndev_ifindex = 0;
     return 0;
@@ -289,8 +291,8 @@ MRC_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t index
 }
 
 MRC_EXPORT int ibv_query_pkey(ibv_context* ctx, uint8_t port, int index, __be16* pkey) {
-  if (Context::from(ctx)) {
-    if (port != 1 || index != 0 || !pkey) return fail(EINVAL);
+  if (Context* c = Context::from(ctx)) {
+    if (!c->is_port(port) || index != 0 || !pkey) return fail(EINVAL);
     *pkey = 0xFFFF;
     return 0;
   }

@@ -2028,6 +2028,29 @@ static int open_side(struct side *s, struct ibv_device **list, int n)
 		s->active_mtu = pa.active_mtu;
 	}
 
+	/* A port per plane, as the control API numbers them; one past is refused. */
+	{
+		struct ibv_device_attr da;
+		struct mrc_ctl_device_attr ca;
+		int port, active = 0;
+
+		memset(&da, 0, sizeof(da));
+		memset(&ca, 0, sizeof(ca));
+		if (!ibv_query_device(s->ctx, &da) && !mrc_ctl_query_device(s->ctx, &ca)) {
+			snprintf(what, sizeof(what), "%s: phys_port_cnt matches the control API's port mask", s->name);
+			report(ca.phy_port_mask == ((1u << (da.phys_port_cnt + 1)) - 2u), what,
+			       "phys_port_cnt %u, phy_port_mask 0x%x", da.phys_port_cnt, ca.phy_port_mask);
+			for (port = 1; port <= da.phys_port_cnt; port++)
+				active += !ibv_query_port(s->ctx, port, &pa) && pa.state == IBV_PORT_ACTIVE;
+			snprintf(what, sizeof(what), "%s: every port is ACTIVE", s->name);
+			report(active == da.phys_port_cnt, what, "%d of %u", active, da.phys_port_cnt);
+			errno = 0;
+			rc = ibv_query_port(s->ctx, da.phys_port_cnt + 1, &pa);
+			snprintf(what, sizeof(what), "%s: ibv_query_port past the last port is EINVAL", s->name);
+			report(rc != 0, what, "returned %d", rc);
+		}
+	}
+
 	rc = ibv_query_gid(s->ctx, PORT_NUM, GID_INDEX, &s->gid);
 	snprintf(what, sizeof(what), "%s: ibv_query_gid(port 1, index 3)", s->name);
 	if (api(rc, what) == 0) {

@@ -46,6 +46,7 @@
 #include <inttypes.h>
 #include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -1023,6 +1024,177 @@ static int setup_cc(struct side *s)
 	return 0;
 }
 
+/* ------------------------------------------------------------ the header's contract, edge by edge */
+
+struct denier {
+	struct mrc_context *mctx;
+	const struct mrc_ctl_ev_op_entry *evs;
+	int first, count, failed;
+};
+
+static void *deny_some(void *arg)
+{
+	struct denier *d = arg;
+	struct side s;
+	int i;
+
+	memset(&s, 0, sizeof(s));
+	s.mctx = d->mctx;
+	for (i = d->first; i < d->first + d->count; i++)
+		d->failed += modify_one_state(&s, GEN_ID, &d->evs[i].ev, MRC_CTL_EV_DENIED) != 0;
+	return NULL;
+}
+
+/*
+ * Each call's promise, where an earlier build broke it: profile 0 (the
+ * device's own) cannot be made, GEN arrays cannot be replaced into,
+ * formats reach OFFLINE with a mode alone, modify answers query operations,
+ * event masks name only GOOD and ASSUMED_BAD, every CC profile needs CONFIG
+ * for ONLINE (dcqcn's is NULL), port numbers are checked whatever the mask,
+ * and two controllers denying EVs of one profile at once both land (each
+ * call used to write the whole profile back: half the denials were lost).
+ */
+static void test_contract(struct side *s)
+{
+	struct mrc_ctl_ev_profile_attr ea;
+	struct mrc_ctl_cc_profile_attr ca;
+	struct mrc_ctl_ev_fmt_profile_attr fa;
+	struct mrc_ctl_port_attr pa;
+	struct mrc_ctl_ev_op_entry arr[64], rep;
+	struct mrc_ctl_cc_nscc_cfg cfg = nscc_cfg();
+	struct ibv_context *ctx2;
+	struct mrc_context *mctx2 = NULL;
+	struct mrc_context_attr cattr;
+	struct denier d1, d2;
+	pthread_t t1, t2;
+	char what[200];
+	int n, i, denied;
+
+	memset(&ea, 0, sizeof(ea));
+	ea.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ea.ev_mode = MRC_CTL_EV_MODE_GEN;
+	ea.ev_fmt_profile_id = FMT_ID;
+	ea.ev_count = 4;
+	ea.ev_fields_op.op = MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS;
+	ea.ev_fields_op.fields = (struct mrc_ctl_ev_field *)gen_fields;
+	ea.ev_fields_op.field_count = 3;
+	snprintf(what, sizeof(what), "%s: EV profile 0 (the device's own) cannot be configured", s->name);
+	expect_errno(mrc_ctl_modify_ev_profile(s->mctx, 0, &ea,
+					       MRC_CTL_EV_PROFILE_STATE | MRC_CTL_EV_PROFILE_MODE |
+					       MRC_CTL_EV_PROFILE_FMT_ID | MRC_CTL_EV_PROFILE_COUNT |
+					       MRC_CTL_EV_PROFILE_EV_FIELDS_OP),
+		     EINVAL, what);
+	memset(&ca, 0, sizeof(ca));
+	ca.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ca.algorithm = "uet-1.0-nscc";
+	ca.cc_config = &cfg;
+	snprintf(what, sizeof(what), "%s: CC profile 0 cannot be configured", s->name);
+	expect_errno(mrc_ctl_modify_cc_profile(s->mctx, 0, &ca, MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM |
+								    MRC_CTL_CC_PROFILE_CONFIG),
+		     EINVAL, what);
+
+	n = query_array(s, GEN_ID, arr, 64, "GEN array");
+	if (n < 16) {
+		report(0, "contract: the GEN profile has 16 EVs to work with", "%d", n);
+		return;
+	}
+	memset(&ea, 0, sizeof(ea));
+	memset(&rep, 0, sizeof(rep));
+	rep.ev = arr[0].ev;
+	rep.ev_new = arr[0].ev;
+	rep.ev_new.val[1] ^= 0x5A;
+	rep.state = MRC_CTL_EV_GOOD;
+	ea.ev_op.op = MRC_CTL_EV_OP_REPLACE_EV;
+	ea.ev_op.entries = &rep;
+	ea.ev_op.entry_count = 1;
+	snprintf(what, sizeof(what), "%s: REPLACE_EV on a GEN profile is EINVAL", s->name);
+	expect_errno(mrc_ctl_modify_ev_profile(s->mctx, GEN_ID, &ea, MRC_CTL_EV_PROFILE_EV_OP), EINVAL, what);
+
+	memset(&ea, 0, sizeof(ea));
+	memset(arr, 0, sizeof(arr));
+	ea.ev_op.op = MRC_CTL_EV_OP_QUERY_EV_ARRAY;
+	ea.ev_op.entries = arr;
+	ea.ev_op.entry_count = 64;
+	snprintf(what, sizeof(what), "%s: modify answers QUERY_EV_ARRAY on an ONLINE profile", s->name);
+	if (!quiet_ok(mrc_ctl_modify_ev_profile(s->mctx, GEN_ID, &ea, MRC_CTL_EV_PROFILE_EV_OP), what))
+		report(ea.ev_op.entry_count == n && ev_equal(&arr[0].ev, &rep.ev), what, "%d entries (want %d)",
+		       ea.ev_op.entry_count, n);
+
+	memset(&ea, 0, sizeof(ea));
+	ea.ev_event_mask = MRC_CTL_EV_DENIED;
+	snprintf(what, sizeof(what), "%s: an event mask naming DENIED is EINVAL", s->name);
+	expect_errno(mrc_ctl_modify_ev_profile(s->mctx, EXP_ID + 10, &ea, MRC_CTL_EV_PROFILE_EVENT_MASK), EINVAL, what);
+
+	memset(&fa, 0, sizeof(fa));
+	fa.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	fa.ev_fmt_mode = MRC_CTL_EV_FMT_MODE_UDP;
+	snprintf(what, sizeof(what), "%s: a format profile reaches OFFLINE with MODE alone", s->name);
+	if (!call_ok(mrc_ctl_modify_ev_fmt_profile(s->mctx, FMT_ID + 10, &fa,
+						   MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_MODE),
+		     what)) {
+		fa.profile_state = MRC_CTL_PROFILE_ONLINE;
+		snprintf(what, sizeof(what), "%s: ... and not ONLINE without its fields", s->name);
+		report(mrc_ctl_modify_ev_fmt_profile(s->mctx, FMT_ID + 10, &fa, MRC_CTL_EV_FMT_PROFILE_STATE) != 0, what,
+		       "it went ONLINE");
+		fa.profile_state = MRC_CTL_PROFILE_INIT;
+		mrc_ctl_modify_ev_fmt_profile(s->mctx, FMT_ID + 10, &fa, MRC_CTL_EV_FMT_PROFILE_STATE);
+	}
+
+	memset(&ca, 0, sizeof(ca));
+	ca.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	ca.algorithm = "dcqcn";
+	snprintf(what, sizeof(what), "%s: a dcqcn CC profile reaches OFFLINE", s->name);
+	if (!call_ok(mrc_ctl_modify_cc_profile(s->mctx, CC_ID + 10, &ca,
+					       MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM),
+		     what)) {
+		ca.profile_state = MRC_CTL_PROFILE_ONLINE;
+		snprintf(what, sizeof(what), "%s: ... and not ONLINE without CONFIG", s->name);
+		report(mrc_ctl_modify_cc_profile(s->mctx, CC_ID + 10, &ca, MRC_CTL_CC_PROFILE_STATE) != 0, what,
+		       "it went ONLINE");
+		snprintf(what, sizeof(what), "%s: ... but ONLINE with CONFIG and no parameter struct", s->name);
+		call_ok(mrc_ctl_modify_cc_profile(s->mctx, CC_ID + 10, &ca,
+						  MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_CONFIG),
+			what);
+		ca.profile_state = MRC_CTL_PROFILE_OFFLINE;
+		mrc_ctl_modify_cc_profile(s->mctx, CC_ID + 10, &ca, MRC_CTL_CC_PROFILE_STATE);
+		ca.profile_state = MRC_CTL_PROFILE_INIT;
+		mrc_ctl_modify_cc_profile(s->mctx, CC_ID + 10, &ca, MRC_CTL_CC_PROFILE_STATE);
+	}
+
+	memset(&pa, 0, sizeof(pa));
+	snprintf(what, sizeof(what), "%s: mrc_ctl_modify_port past the last port is EINVAL, even with no mask", s->name);
+	expect_errno(mrc_ctl_modify_port(s->mctx, (uint8_t)(s->nports + 1), &pa, 0), EINVAL, what);
+
+	/* Two controllers, one profile, different EVs, at once. */
+	ctx2 = ibv_open_device(s->dev);
+	memset(&cattr, 0, sizeof(cattr));
+	cattr.mrc_api_version_used = MRC_API_VER_USED;
+	cattr.mrc_vendor_api_version_used = MRC_VENDOR_API_VER_USED;
+	mctx2 = ctx2 ? mrc_create_context(ctx2, &cattr) : NULL;
+	if (!mctx2) {
+		report(0, "contract: a second controller context", "errno %d", errno);
+		if (ctx2)
+			ibv_close_device(ctx2);
+		return;
+	}
+	d1 = (struct denier){s->mctx, arr, 0, 8, 0};
+	d2 = (struct denier){mctx2, arr, 8, 8, 0};
+	pthread_create(&t1, NULL, deny_some, &d1);
+	pthread_create(&t2, NULL, deny_some, &d2);
+	pthread_join(t1, NULL);
+	pthread_join(t2, NULL);
+	denied = 0;
+	for (i = 0; i < 16; i++)
+		denied += query_one_state(s, GEN_ID, &arr[i].ev) == MRC_CTL_EV_DENIED;
+	snprintf(what, sizeof(what), "%s: two controllers deny 8 EVs each at once: all 16 DENIED", s->name);
+	report(denied == 16 && !d1.failed && !d2.failed, what, "%d DENIED, %d + %d calls failed", denied, d1.failed,
+	       d2.failed);
+	for (i = 0; i < 16; i++)
+		modify_one_state(s, GEN_ID, &arr[i].ev, MRC_CTL_EV_GOOD);
+	mrc_destroy_context(mctx2);
+	ibv_close_device(ctx2);
+}
+
 /* ------------------------------------------------------------ QPs */
 
 struct pair {
@@ -1275,6 +1447,30 @@ static int in_gen_array(const struct mrc_ctl_ev *ev)
 	return 0;
 }
 
+/* Both streams; the second may be absent (st2->p NULL). */
+static int pump_both(struct stream *st, struct stream *st2)
+{
+	int stalled = stream_pump(st);
+
+	if (st2->p)
+		stalled |= stream_pump(st2);
+	return stalled;
+}
+
+/* 1 if the event repeats the state the last event gave its EV of the GEN profile. */
+static int event_repeats(const struct mrc_ctl_ev_event *e)
+{
+	static uint8_t last[16][65536];	/* [port][EV]: 0 none, else the state's bit */
+
+	if (e->profile_id != GEN_ID || e->ev.port >= 16)
+		return 0;
+	uint8_t *l = &last[e->ev.port][ev16(e->ev.val)];
+	const int repeat = *l == (uint8_t)e->state;
+
+	*l = (uint8_t)e->state;
+	return repeat;
+}
+
 static void test_events(struct pair *p)
 {
 	struct mrc_cq *evcq;
@@ -1285,6 +1481,13 @@ static void test_events(struct pair *p)
 	const uint8_t fail_port = A.ports[A.nports - 1];
 	int found_bad = 0, bad_fields_ok = 1, found_good = 0, stalled = 0, n, i, stale = 0;
 	int n_events = 0, n_bad_failed = 0, n_bad_other = 0;
+	struct ibv_context *ctx_plain = NULL;
+	struct mrc_context *mctx_plain = NULL;
+	struct pair pair2 = {0};
+	struct stream st2;
+	int repeats = 0;
+	struct mrc_context_attr cattr;
+	struct mrc_cq *evcq_plain = NULL;
 	double end, down_at, up_at;
 	uint64_t before_down, drops = 0;
 	char what[200];
@@ -1298,6 +1501,15 @@ static void test_events(struct pair *p)
 		report(0, "A: mrc_ctl_create_ev_event_cq", "errno %d (%s)", errno, strerror(errno));
 		return;
 	}
+	/* A second controller that never says it is 1.0.1 (no
+	 * mrc_ctl_query_device_ex) may be a 1.0.0 program with 48-byte events. */
+	ctx_plain = ibv_open_device(A.dev);
+	memset(&cattr, 0, sizeof(cattr));
+	cattr.mrc_api_version_used = MRC_API_VER_USED;
+	cattr.mrc_vendor_api_version_used = MRC_VENDOR_API_VER_USED;
+	mctx_plain = ctx_plain ? mrc_create_context(ctx_plain, &cattr) : NULL;
+	evcq_plain = mctx_plain ? mrc_ctl_create_ev_event_cq(mctx_plain, 256, NULL, NULL, 0) : NULL;
+	report(evcq_plain != NULL, "A: an event CQ on a second context", "errno %d", errno);
 	report(1, "A: mrc_ctl_create_ev_event_cq", "%s", "");
 	while ((n = mrc_ctl_poll_ev_event(evcq, 32, ev)) > 0)
 		stale += n;
@@ -1309,11 +1521,16 @@ static void test_events(struct pair *p)
 	st.p = p;
 	st.last_progress = now_ms();
 	fill(A.buf, STREAM_WINDOW * STREAM_CHUNK, 99);
+	/* A second QP on the same profile: events are the profile's EVs, not each QP's. */
+	memset(&st2, 0, sizeof(st2));
+	if (!make_pair(&pair2))
+		st2.p = &pair2;
+	st2.last_progress = now_ms();
 
 	/* Traffic first, on every plane. */
 	end = now_ms() + 300;
 	while (now_ms() < end && !stalled)
-		stalled = stream_pump(&st);
+		stalled = pump_both(&st, &st2);
 	note("stream: %" PRIu64 " writes of %u KiB completed before the failure", st.completed,
 	     STREAM_CHUNK >> 10);
 
@@ -1326,23 +1543,29 @@ static void test_events(struct pair *p)
 	snprintf(what, sizeof(what), "A: mrc_ctl_query_port(%u) reads DISABLED", fail_port);
 	if (!quiet_ok(mrc_ctl_query_port(A.mctx, fail_port, &pa, MRC_CTL_PORT_ADMIN_STATE), what))
 		report(pa.port_admin_state == MRC_CTL_PORT_ADMIN_DISABLED, what, "state %d", pa.port_admin_state);
+	/* Verbs ports are the planes: the disabled one reads DOWN, the others ACTIVE. */
 	memset(&vp, 0, sizeof(vp));
-	if (!quiet_ok(ibv_query_port(A.ctx, 1, &vp), "ibv_query_port A"))
-		report(vp.state == IBV_PORT_ACTIVE, "A: verbs port 1 stays ACTIVE while another plane is up",
-		       "state %s", ibv_port_state_str(vp.state));
+	snprintf(what, sizeof(what), "A: ibv_query_port(%u) reads DOWN while the port is disabled", fail_port);
+	if (!quiet_ok(ibv_query_port(A.ctx, fail_port, &vp), what))
+		report(vp.state == IBV_PORT_DOWN, what, "state %s", ibv_port_state_str(vp.state));
+	memset(&vp, 0, sizeof(vp));
+	snprintf(what, sizeof(what), "A: ibv_query_port(%u) stays ACTIVE", fail_port == 1 ? 2 : 1);
+	if (!quiet_ok(ibv_query_port(A.ctx, fail_port == 1 ? 2 : 1, &vp), what))
+		report(vp.state == IBV_PORT_ACTIVE, what, "state %s", ibv_port_state_str(vp.state));
 
 	/* Until the event, and in any case a while of traffic on one plane. */
 	down_at = now_ms();
 	before_down = st.completed;
 	end = down_at + EVENT_WAIT_MS;
 	while ((!found_bad || now_ms() < down_at + DOWN_MIN_MS) && now_ms() < end && !stalled) {
-		stalled = stream_pump(&st);
+		stalled = pump_both(&st, &st2);
 		n = mrc_ctl_poll_ev_event(evcq, 32, ev);
 		if (n < 0) {
 			report(0, "mrc_ctl_poll_ev_event", "returned %d", n);
 			break;
 		}
 		for (i = 0; i < n; i++) {
+			repeats += event_repeats(&ev[i]);
 			if (n_events++ < 12)
 				note("event: profile %" PRIu64 " ev %u port %u state 0x%x drops %u", ev[i].profile_id,
 				     ev16(ev[i].ev.val), ev[i].ev.port, ev[i].state, ev[i].drop_count);
@@ -1384,13 +1607,18 @@ static void test_events(struct pair *p)
 	up_at = now_ms();
 	end = up_at + 3000;
 	while ((!found_good || now_ms() < up_at + DOWN_MIN_MS) && now_ms() < end && !stalled) {
-		stalled = stream_pump(&st);
+		stalled = pump_both(&st, &st2);
 		n = mrc_ctl_poll_ev_event(evcq, 32, ev);
-		for (i = 0; i < n; i++)
+		for (i = 0; i < n; i++) {
+			repeats += event_repeats(&ev[i]);
 			if (ev[i].profile_id == GEN_ID && ev[i].ev.port == fail_port &&
 			    ev[i].state == MRC_CTL_EV_GOOD)
 				found_good = 1;
+		}
 	}
+	report(repeats == 0 && st2.p && st2.completed > 0,
+	       "with two QPs on the profile, each EV's events alternate (one per change of the profile's EV)",
+	       "%d events repeated the EV's last state (second QP: %" PRIu64 " writes)", repeats, st2.completed);
 	note("%s GOOD event for port %u within 3 s of enabling it", found_good ? "a" : "no", fail_port);
 
 	report(!stalled, "write stream kept completing through the plane failure",
@@ -1399,6 +1627,9 @@ static void test_events(struct pair *p)
 	report(stream_drain(&st) == 0 && st.errors == 0, "every streamed write completed successfully",
 	       "%d outstanding, %" PRIu64 " error(s), first %s", st.outstanding, st.errors,
 	       st.errors ? ibv_wc_status_str(st.first_error) : "-");
+	if (st2.p)
+		report(stream_drain(&st2) == 0 && st2.errors == 0, "the second QP's writes completed successfully",
+		       "%d outstanding, %" PRIu64 " error(s)", st2.outstanding, st2.errors);
 	note("stream: %" PRIu64 " writes completed in all", st.completed);
 	{
 		struct mrc_ctl_ev_op_entry arr[64];
@@ -1416,7 +1647,33 @@ static void test_events(struct pair *p)
 		note("after recovery: %d GOOD, %d ASSUMED_BAD, %d other", good, bad, other);
 	}
 	write_and_check(p, 0, BIG_LEN, 0xF00D, "1 MiB WRITE after the plane came back");
+	if (evcq_plain) {
+		/* 4 events of 48 bytes, then a guard: one event a call, nothing past the array. */
+		unsigned char buf[4 * 48 + 64];
+		int m, got = 0, most = 0, guard_ok = 1, calls = 0;
+		uint64_t pid = 0;
+
+		memset(buf, 0xAA, sizeof(buf));
+		while (calls++ < 100000 && (m = mrc_ctl_poll_ev_event(evcq_plain, 4, (struct mrc_ctl_ev_event *)buf)) > 0) {
+			got += m;
+			most = m > most ? m : most;
+			memcpy(&pid, buf, sizeof(pid));
+		}
+		for (i = 4 * 48; i < (int)sizeof(buf); i++)
+			guard_ok &= buf[i] == 0xAA;
+		report(got > 0 && most == 1 && guard_ok && pid == GEN_ID,
+		       "a controller that never called mrc_ctl_query_device_ex gets one event a call, within a 1.0.0 array",
+		       "%d events, at most %d a call, guard %s, last profile %" PRIu64, got, most,
+		       guard_ok ? "intact" : "overwritten", pid);
+	}
 out:
+	destroy_pair(&pair2);
+	if (evcq_plain)
+		mrc_destroy_cq(evcq_plain);
+	if (mctx_plain)
+		mrc_destroy_context(mctx_plain);
+	if (ctx_plain)
+		ibv_close_device(ctx_plain);
 	/* Never leave the plane down. */
 	memset(&pa, 0, sizeof(pa));
 	pa.port_admin_state = MRC_CTL_PORT_ADMIN_ENABLED;
@@ -1993,8 +2250,9 @@ static void test_eperm(void)
 		mrc_ctl_modify_port(A.mctx, port, &pa, MRC_CTL_PORT_ADMIN_STATE);
 	}
 	memset(&vp, 0, sizeof(vp));
-	if (!quiet_ok(ibv_query_port(A.ctx, 1, &vp), "ibv_query_port A"))
-		report(vp.state == IBV_PORT_ACTIVE, "verbs port 1 still ACTIVE", "state %s", ibv_port_state_str(vp.state));
+	if (!quiet_ok(ibv_query_port(A.ctx, port, &vp), "ibv_query_port A"))
+		report(vp.state == IBV_PORT_ACTIVE, "the port the refused call named is still ACTIVE", "state %s",
+		       ibv_port_state_str(vp.state));
 
 	cq = mrc_ctl_create_ev_event_cq(A.mctx, 16, NULL, NULL, 0);
 	e = errno;
@@ -2162,6 +2420,8 @@ int main(int argc, char **argv)
 		note("profiles incomplete: no traffic tests");
 		goto cleanup;
 	}
+
+	test_contract(&A);
 
 	/* (d) */
 	if (make_pair(&pair))

@@ -467,8 +467,11 @@ PY
     timeout 60 "$ctl" --json ev show mrc0 22 | grep -q DENIED || fail "the denied EV does not read DENIED"
     run_ctl ev restore mrc0 22 0xC005@2
     run_ctl cc add mrc0 23 --algo uet-1.0-nscc --base-rtt 20000 --online
+    run_ctl cc add mrc0 24 --algo dcqcn --online
     run_ctl probe mrc0 --dgid mrc1 --ev 0xC000-0xC003 --count 3
     run_ctl port set mrc0 2 down
+    timeout 60 "$ctl" --json dev show mrc0 | $py -c 'import json,sys; p=json.load(sys.stdin)["devices"][0]["ports"]; sys.exit("down" not in str(p[1]["state"]).lower() or "active" not in str(p[0]["state"]).lower())' ||
+      fail "a disabled port does not read PORT_DOWN in verbs (mrcctl dev show)"
     timeout 60 "$ctl" --json port show mrc0 | $py -c 'import json,sys; p=json.load(sys.stdin)["ports"]; sys.exit(p[1]["admin"] != "down")' ||
       fail "port 2 does not read admin down"
     run_ctl port set mrc0 2 up
