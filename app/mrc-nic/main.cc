@@ -60,7 +60,7 @@ class StatsTable {
       const uint32_t di = d->index();
       if (prev_.size() <= di) prev_.resize(di + 1);
       auto& pv = prev_[di];
-      std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> states{};
+      const auto states = d->ev_states_per_plane();
       // Per QP, so QPs that come and go (host programs) count only their own.
       uint64_t rtx = 0;
       std::map<uint32_t, uint64_t> rtx_now;
@@ -69,10 +69,6 @@ class StatsTable {
         const auto it = pv.rtx.find(qi.qpn);
         rtx += it != pv.rtx.end() && it->second <= r ? r - it->second : r;
         rtx_now[qi.qpn] = r;
-        std::vector<engine::EvInfo> evs;
-        if (!d->ev_info(qi.qpn, evs)) continue;
-        for (const auto& e : evs)
-          if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
       }
       std::string line = fmt::format("{:>7.1f} {:<6}", t, d->name());
       line += di == 0 && goodput_bytes ? fmt::format(" {:>9.2f}", double(*goodput_bytes - last_goodput_) * 8 / dt / 1e9)
@@ -210,10 +206,15 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
     const auto q = d->qp_counter_totals();
     j += fmt::format("{}\"{}\":{{\"planes\":[", first_dev ? "" : ",", d->name());
     first_dev = false;
+    const auto ev_states = d->ev_states_per_plane();
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const auto pc = d->plane_counters(p);
       j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", json_escape(d->spec().planes[p].port),
                        d->link_up(p) ? "up" : "down");
+      j += ",\"evs\":{";
+      for (size_t s = 0; s < ev_states[p].size(); ++s)
+        j += fmt::format("{}\"{}\":{}", s ? "," : "", engine::ev_state_name(engine::EvState(s)), ev_states[p][s]);
+      j += "}";
       for (size_t i = 0; i < pc.size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPlaneCtrNames[i], pc[i]);
       if (const auto ps = d->port_stats(p))
         for (size_t i = 0; i < ps->size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPortStatNames[i], (*ps)[i]);

@@ -716,6 +716,17 @@ engine::Counters<engine::DevCtr> Device::engine_counters() {
   return sum;
 }
 
+Device::EvStateCounts Device::ev_states_per_plane() {
+  EvStateCounts states{};
+  for (const auto& qi : qp_infos()) {
+    std::vector<engine::EvInfo> evs;
+    if (!ev_info(qi.qpn, evs)) continue;
+    for (const auto& e : evs)
+      if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
+  }
+  return states;
+}
+
 std::vector<engine::QpInfo> Device::qp_infos() {
   std::vector<engine::QpInfo> out;
   for (auto& sh : shards_) {

@@ -171,6 +171,9 @@ class Device {
   // Every QP counter summed over the device's QPs, destroyed ones included.
   engine::Counters<engine::QpCtr> qp_counter_totals();
   bool ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out);
+  // EVs of every QP by plane and state (engine::EvState order).
+  using EvStateCounts = std::array<std::array<uint64_t, 4>, engine::kMaxPlanes>;
+  EvStateCounts ev_states_per_plane();
   std::vector<EvEventRecord> ev_events();
   // The sum over shards of a plane's counters.
   std::array<uint64_t, size_t(PlaneCtr::count)> plane_counters(uint32_t plane) const;

@@ -130,18 +130,6 @@ int cmd_devices(const char*, const char*, rte_tel_data* out) {
 constexpr std::array<engine::EvState, 4> kEvStates = {engine::EvState::good, engine::EvState::skip,
                                                       engine::EvState::assumed_bad, engine::EvState::denied};
 
-// EV health per plane, over every QP of the device.
-std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> ev_states_per_plane(Device& d) {
-  std::array<std::array<uint64_t, 4>, engine::kMaxPlanes> states{};
-  for (const auto& qi : d.qp_infos()) {
-    std::vector<engine::EvInfo> evs;
-    if (!d.ev_info(qi.qpn, evs)) continue;
-    for (const auto& e : evs)
-      if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
-  }
-  return states;
-}
-
 // /mrc/planes[,DEV]: one row per plane, "DEV_P", of every device or of one.
 // Rows that would pass the reply's size are left out and counted in
 // "rows_omitted"; one device's planes always fit.
@@ -163,7 +151,7 @@ int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
   uint64_t omitted = 0;
   for (auto& d : g_nic->devices()) {
     if (only && d.get() != only) continue;
-    const auto states = ev_states_per_plane(*d);
+    const auto states = d->ev_states_per_plane();
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const FaultSpec f = d->fault(p);
       std::vector<uint64_t> row = {d->spec().planes[p].port_id, d->link_up(p), uint64_t(f.drop * 1e6),
@@ -214,7 +202,7 @@ int cmd_plane(const char*, const char* params, rte_tel_data* out) {
   if (const auto ps = d->port_stats(plane))
     for (size_t i = 0; i < ps->size(); ++i)
       rte_tel_data_add_dict_u64(out, std::string(kPortStatNames[i]).c_str(), (*ps)[i]);
-  const auto states = ev_states_per_plane(*d);
+  const auto states = d->ev_states_per_plane();
   for (auto s : kEvStates)
     rte_tel_data_add_dict_u64(out, fmt::format("evs_{}", engine::ev_state_name(s)).c_str(), states[plane][size_t(s)]);
   return 0;

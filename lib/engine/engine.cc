@@ -888,6 +888,23 @@ bool Engine::spray_sets_consistent() const {
   return true;
 }
 
+bool Engine::bad_evs_probed() const {
+  for (const Qp& qp : impl_->qps) {
+    if (!qp.in_use || qp.state != QpState::rts || qp.probes_parked) continue;
+    uint32_t scouting = 0;  // planes with a swept EV whose probe is due
+    for (size_t i = 0; i < qp.evs.size(); ++i)
+      if (qp.evs[i].state == EvState::assumed_bad && qp.ev_cold[i].out_by == EvCold::OutBy::sweep &&
+          qp.ev_cold[i].probe_at != kNever)
+        scouting |= 1u << qp.evs[i].plane;
+    for (size_t i = 0; i < qp.evs.size(); ++i) {
+      if (qp.evs[i].state != EvState::assumed_bad || qp.ev_cold[i].probe_at != kNever) continue;
+      const bool waits_for_scout = qp.ev_cold[i].out_by == EvCold::OutBy::sweep && ((scouting >> qp.evs[i].plane) & 1);
+      if (!waits_for_scout) return false;
+    }
+  }
+  return true;
+}
+
 std::vector<uint32_t> Engine::qpns() const {
   std::vector<uint32_t> out;
   for (const Qp& qp : impl_->qps)

@@ -303,6 +303,10 @@ class Engine {
   // is known as an arithmetic run exactly when it is one, with the start and
   // step pick_ev() computes its members from; for tests, after any call.
   bool spray_sets_consistent() const;
+  // Every ASSUMED_BAD EV of a QP in RTS will be probed: it has a probe due,
+  // or waits on its swept plane's scout, which has one (or the QP's probes
+  // are parked until it has work).
+  bool bad_evs_probed() const;
 
  private:
   struct Impl;

@@ -456,8 +456,11 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
       }
       if (cold.silent_probes >= kScoutSilentProbes && !cold.confirming) {
         // Its own path may be what is still broken: it goes on probing
-        // for itself, and the next swept EV takes over.
+        // for itself, and the next swept EV takes over. One that waited
+        // for another scout has no probe due: without one it stayed out
+        // for good (a memif plane down for a second kept 5 of 256 EVs).
         cold.out_by = EvCold::OutBy::other;
+        if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;
         sweep_released(qp, ev.plane);
       } else {
         scouted |= 1u << ev.plane;

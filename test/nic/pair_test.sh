@@ -20,6 +20,9 @@
 #                    frames are steered to the QP's lcore through rte_rings
 #   rings-odd        one process, workloads of odd shapes: fewer messages
 #                    than QPs, a --wl-bytes near 2^64, port names to escape
+#   rings-plane-back one process, a plane silently down for a second under
+#                    load, then back: every EV of every plane must be back in
+#                    service by the end (5 of 256 were left out for good)
 #   rings-many-qps   one process, 700 QPs per device, more than a telemetry
 #                    array holds: /mrc/qps says what it left out, pages list
 #                    every QP, and so does mrcctl; /mrc/planes,DEV
@@ -87,6 +90,7 @@ free_port() {
 # The memif roles of the two ends (memif_roles): responder_zc=1 makes the
 # responder a zero-copy memif client.
 . "$(dirname "$0")/../../scripts/memif-rings.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
 
 # "server" and "client" below are the workload's roles (responder mrc1 and
 # requester mrc0).
@@ -293,6 +297,26 @@ if sys.argv[2] == "rings-steer":
         # Frames still queued when the workers stop are never taken in.
         if not 0 < c.get("nic_rx_steered_in", 0) <= c.get("nic_rx_steered_out", 0):
             sys.exit(f"{dev}: steering did not carry frames between lcores")
+EOF
+    ;;
+  rings-plane-back)
+    timeout 60 "$nic" "${eal_common[@]}" --no-shconf --lcores '0@0,1@1,2@0' -- --config "$root/config/nic/rings.conf" \
+      --workload write --wl-from mrc0 --wl-to mrc1 --wl-seconds 3 \
+      --link-event "mrc0:1 down at-ms=500" --link-event "mrc0:1 up at-ms=1500" >"$work/back.json" 2>"$work/back.log" &
+    pids+=($!)
+    wait_ok $! plane-back
+    $py - "$work/back.json" <<'EOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+w = j["workload"]
+if not w["integrity_ok"] or w["errors"]: sys.exit(f"integrity_ok {w['integrity_ok']}, {w['errors']} errors")
+marked = j["devices"]["mrc0"]["counters"].get("qp_ev_marked_bad", 0)
+print(f"{marked} EVs marked ASSUMED_BAD while plane 1 was down")
+if not marked: sys.exit("the plane's failure marked no EV: the test tested nothing")
+for dev, d in j["devices"].items():
+    for p, plane in enumerate(d["planes"]):
+        print(f"{dev} plane {p}: {plane['evs']}")
+        if plane["evs"]["ASSUMED_BAD"]: sys.exit(f"{dev} plane {p}: EVs still out 1.5 s after the plane came back")
 EOF
     ;;
   rings-odd)
