@@ -426,12 +426,17 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
     for (Qp& qp : qps) {
       if (!qp.in_use || qp.state != QpState::rts || qp.attr.remote[plane].ip != src) continue;
       const uint32_t newly_down = down & ~qp.peer_planes_down;
+      const uint32_t newly_up = qp.peer_planes_down & ~down;
       qp.peer_planes_down = down & ((1u << cfg.num_planes) - 1);
       if (cfg.transport != Transport::mrc) continue;  // one path, no EV health: it waits for its timeout
       for (uint16_t i = 0; i < qp.evs.size(); ++i) {
         if ((newly_down >> qp.evs[i].plane) & 1) ev_mark(qp, i, EvState::assumed_bad, now, true);
       }
       if (newly_down) resend_in_flight_on(qp, newly_down, now);
+      // Back at the peer: probed at once, as a plane back here is. An idle
+      // QP had parked those probes while the plane was down, and its EVs
+      // stayed out until it had work (a responder's, for good).
+      if (newly_up) probe_planes_now(qp, newly_up, now);
     }
     mark_all_stale();
     return;
@@ -636,15 +641,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
       if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);
     }
     if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
-    if (up) {  // probe the plane's EVs back at once
-      for (size_t i = 0; i < qp.evs.size(); ++i) {
-        if (qp.evs[i].plane != plane || qp.evs[i].state != EvState::assumed_bad) continue;
-        EvCold& cold = qp.ev_cold[i];
-        cold.probe_at = now, cold.probe_backoff = 0, cold.silent_probes = 0, cold.probe_answers = 0;
-      }
-      qp.next_probe_at = now;
-      I.activate(qp);
-    }
+    if (up) I.probe_planes_now(qp, 1u << plane, now);
   }
 }
 

@@ -445,6 +445,7 @@ struct Engine::Impl {
   bool qp_idle(const Qp& qp) const;
   bool qp_has_work(const Qp& qp) const;
   void unpark_probes(Qp& qp);
+  void probe_planes_now(Qp& qp, uint32_t planes, Nanos now);
   void mark_stale(Qp& qp) {
     if (qp.on_active_list) active_sched[qp.active_pos].stale = true;
     sched_summary.valid = false;

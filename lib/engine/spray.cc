@@ -503,6 +503,18 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
   qp.next_probe_at = next;
 }
 
+// The planes are back (here, or the peer says so): their ASSUMED_BAD EVs
+// are probed at once, from a fresh back-off, parked or not.
+void Engine::Impl::probe_planes_now(Qp& qp, uint32_t planes, Nanos now) {
+  for (size_t i = 0; i < qp.evs.size(); ++i) {
+    if (!((planes >> qp.evs[i].plane) & 1) || qp.evs[i].state != EvState::assumed_bad) continue;
+    EvCold& cold = qp.ev_cold[i];
+    cold.probe_at = now, cold.probe_backoff = 0, cold.silent_probes = 0, cold.probe_answers = 0;
+  }
+  qp.next_probe_at = now;
+  activate(qp);
+}
+
 void Engine::Impl::unpark_probes(Qp& qp) {
   qp.probes_parked = false;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {

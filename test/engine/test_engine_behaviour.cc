@@ -721,6 +721,40 @@ TEST_CASE("a swept plane whose scout's own path stays broken comes back through 
   CHECK(good == evs - 1);  // all but the scout, whose path is still broken
 }
 
+TEST_CASE("a plane the peer reports back up is probed at once, though an idle QP had parked its probes") {
+  Pair p(basic());
+  for (uint64_t i = 0; i < 4; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+  p.net.run_until(p.net.now() + 2'000'000);
+  REQUIRE(p.net.completions(0).size() == 4);
+  // The requester's plane 1 fails and it says so: the responder, which sends
+  // no data, takes that plane's EVs out and probes them into silence.
+  p.net.set_plane_up(1, false);
+  p.net.engine(0).set_plane_up(1, false, p.net.now());
+  p.net.engine(0).send_port_status(p.net.now());
+  p.net.poll(0);
+  p.net.run_until(p.net.now() + 200'000'000);  // long enough to give up and park
+  auto plane1 = [&](EvState want) {
+    size_t n = 0, in = 0;
+    for (const auto& e : p.net.engine(1).ev_info(p.qp.qpn_b)) {
+      if (e.plane != 1) continue;
+      ++n;
+      in += e.state == want;
+    }
+    return std::pair{in, n};
+  };
+  REQUIRE(plane1(EvState::assumed_bad).first == plane1(EvState::assumed_bad).second);
+  REQUIRE(p.info(1).ctr[QpCtr::probes_parked] > 0);
+  p.net.set_plane_up(1, true);
+  p.net.engine(0).set_plane_up(1, true, p.net.now());
+  p.net.engine(0).send_port_status(p.net.now());
+  p.net.poll(0);
+  p.net.run_until(p.net.now() + 1'000'000);
+  const auto [good, evs] = plane1(EvState::good);
+  INFO(good << " of " << evs << " of the responder's plane-1 EVs back");
+  CHECK(evs > 0);
+  CHECK(good == evs);
+}
+
 TEST_CASE("a plane that comes back up is probed at once, then at the probe interval, not on every poll") {
   Pair p(basic());
   p.net.set_plane_up(2, false);  // its links stay dead, so no probe is answered
