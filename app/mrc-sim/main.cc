@@ -190,6 +190,7 @@ constexpr uint32_t kSrcShift = 64;  // message i reads from offset (i % 64) * 64
 // the same byte and a misplaced message cannot match by accident.
 constexpr uint32_t kQpStride = 65 * kSrcShift;
 constexpr uint32_t kRecvWindow = 32;
+// Every time the JSON and the timeline print counts from here.
 constexpr Nanos kStart = 1000;
 
 class Sim {
@@ -654,8 +655,9 @@ std::string json_num(double v) {
   return fmt::format("{:.3f}", v);
 }
 
+// Of none, NaN: json_num prints null, as 0 would read as instant.
 double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   const size_t i = static_cast<size_t>(std::ceil(q * v.size())) - 1;
   return v[std::min(i, v.size() - 1)];
@@ -898,8 +900,8 @@ int Sim::run() {
   kv("flows", std::to_string(flows_.size()));
   kv("qps", std::to_string(qps_.size()));
   kv("bytes_completed", std::to_string(bytes_done));
-  kv("sim_time_us", json_num(double(end) / 1000.0));
-  kv("last_completion_us", json_num(double(last_done) / 1000.0));
+  kv("sim_time_us", json_num(T_run / 1000.0));
+  kv("last_completion_us", last_done > kStart ? json_num(T / 1000.0) : "null");
   kv("goodput_gbps", json_num(goodput));
   kv("ideal_goodput_gbps", json_num(ideal));
   kv("goodput_fraction", json_num(ideal > 0 ? goodput / ideal : 0));
@@ -908,8 +910,7 @@ int Sim::run() {
                  json_num(nlinks ? util_sum / nlinks : 0), json_num(util_max), nlinks,
                  json_num(net_->uplinks().empty() ? 0 : up_sum / net_->uplinks().size())));
   kv("fct_us", fmt::format("{{\"p50\":{},\"p99\":{},\"max\":{}}}", json_num(percentile(fct, 0.5)),
-                           json_num(percentile(fct, 0.99)),
-                           json_num(fct.empty() ? 0 : *std::max_element(fct.begin(), fct.end()))));
+                           json_num(percentile(fct, 0.99)), json_num(percentile(fct, 1))));
   kv("flows_incomplete", std::to_string(flows_incomplete));
   for (const FlowRun& f : flows_) {
     if (!f.victim) continue;
@@ -920,10 +921,16 @@ int Sim::run() {
   }
   kv("retransmitted_packets", std::to_string(retx));
   kv("data_packets", std::to_string(data));
+  // The causes count packets queued for a resend, not copies sent: one
+  // acknowledged before its turn (its late first copy arrived), queued again
+  // by a go-back-N, flushed by an error or still queued at the end is never
+  // sent. Each queueing sends at most one copy and every copy sent had one,
+  // so the causes exceed retransmitted_packets by exactly not_resent.
+  const uint64_t queued = rtx_sack + rtx_nack + rtx_rto + rtx_gbn + rtx_plane_down;
   kv("retransmit_causes",
-     fmt::format("{{\"sack\":{},\"nack\":{},\"rto\":{},\"go_back_n\":{},\"plane_down\":{},\"probes_sent\":{},"
-                 "\"needless\":{}}}",
-                 rtx_sack, rtx_nack, rtx_rto, rtx_gbn, rtx_plane_down, probes, rtx_spurious));
+     fmt::format("{{\"sack\":{},\"nack\":{},\"rto\":{},\"go_back_n\":{},\"plane_down\":{},\"not_resent\":{},"
+                 "\"probes_sent\":{},\"needless\":{}}}",
+                 rtx_sack, rtx_nack, rtx_rto, rtx_gbn, rtx_plane_down, int64_t(queued - retx), probes, rtx_spurious));
   mrc::sim::LinkCounters net_ctr;
   for (const auto* v :
        {&net_->uplinks(), &net_->downlinks(), &net_->leaf_to_spine_links(), &net_->spine_to_leaf_links()}) {
