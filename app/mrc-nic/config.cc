@@ -2,13 +2,16 @@
 
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 #include <sstream>
@@ -187,7 +190,11 @@ bool key_values(const std::vector<std::string>& w, std::map<std::string, std::st
       bad = w[i];
       return false;
     }
-    kv[w[i].substr(0, eq)] = w[i].substr(eq + 1);
+    // A key given twice: which one was meant? (the last silently won)
+    if (!kv.emplace(w[i].substr(0, eq), w[i].substr(eq + 1)).second) {
+      bad = w[i] + " (given twice)";
+      return false;
+    }
   }
   return true;
 }
@@ -320,6 +327,9 @@ std::string build(const Options& o, Built& out) {
         return fmt::format("--lcores '{}': lcore {} is not enabled (EAL -l)", spec, t);
       if (l == rte_get_main_lcore())
         return fmt::format("--lcores '{}': lcore {} is the main lcore, which runs control and telemetry", spec, l);
+      // Twice: two shards on one lcore, steering frames between them.
+      if (std::find(it->second.lcores.begin(), it->second.lcores.end(), l) != it->second.lcores.end())
+        return fmt::format("--lcores '{}': lcore {} given twice", spec, l);
       it->second.lcores.push_back(l);
     }
   }
@@ -391,7 +401,8 @@ std::string build(const Options& o, Built& out) {
     std::map<std::string, std::string> kv;
     std::string bad;
     if (w.empty() || !key_values(w, kv, bad))
-      return fmt::format("--fault '{}': expected \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"", spec);
+      return fmt::format("--fault '{}': expected \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"{}", spec,
+                         bad.empty() ? "" : fmt::format(" (bad token '{}')", bad));
     dp::FaultSpec f;
     for (auto& [k, v] : kv) {
       double x = 0;
@@ -464,8 +475,13 @@ std::string build(const Options& o, Built& out) {
       else
         return fmt::format("--link-event '{}': unknown key '{}'", spec, k);
     }
+    if (!kv.count("at-ms")) return fmt::format("--link-event '{}': at-ms is required", spec);
     if (ev.kind == LinkEvent::flap && ev.period_s <= 0)
       return fmt::format("--link-event '{}': flap needs period-ms", spec);
+    if (ev.kind != LinkEvent::flap && (kv.count("period-ms") || kv.count("until-ms")))
+      return fmt::format("--link-event '{}': period-ms and until-ms belong to flap", spec);
+    if (kv.count("until-ms") && ev.until_s <= ev.at_s)
+      return fmt::format("--link-event '{}': until-ms must come after at-ms", spec);
     out.link_events.push_back(ev);
   }
 
@@ -504,6 +520,16 @@ std::string build(const Options& o, Built& out) {
   // would print a row on every pass and never catch up with the clock.
   if (o.stats_interval > 0 && o.stats_interval < 0.01) return "--stats-interval: 0 (no table) or at least 0.01 s";
 
+  if (!o.capture.empty()) {
+    // Made if missing, as a capture tool would; anything else is named.
+    struct stat st {};
+    if (mkdir(o.capture.c_str(), 0755) != 0 && errno != EEXIST)
+      return fmt::format("--capture: cannot create {}: {}", o.capture, std::strerror(errno));
+    if (stat(o.capture.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return fmt::format("--capture: {} is not a directory", o.capture);
+    if (access(o.capture.c_str(), W_OK | X_OK) != 0)
+      return fmt::format("--capture: cannot write under {}: {}", o.capture, std::strerror(errno));
+  }
   out.nic.mtu = o.mtu;
   out.nic.capture_dir = o.capture;
   out.nic.seed = o.seed;

@@ -44,11 +44,11 @@ class StatsTable {
   explicit StatsTable(dp::Nic& nic) : nic_(nic) {}
   void header() {
     std::string h = fmt::format("{:>7} {:<6} {:>9}", "time_s", "device", "goodput");
-    for (uint32_t p = 0; p < max_planes(); ++p) h += fmt::format(" {:>17}", fmt::format("plane{} Gb/s EVs", p));
+    for (uint32_t p = 0; p < max_planes(); ++p) h += fmt::format(" {:>17}", fmt::format("plane{} TX Gb/s", p));
     h += fmt::format(" {:>9}", "rtx");
     fmt::print("{}\n", h);
     fmt::print("{:>7} {:<6} {:>9}", "", "", "Gb/s");
-    for (uint32_t p = 0; p < max_planes(); ++p) fmt::print(" {:>17}", "(ok/bad/denied)");
+    for (uint32_t p = 0; p < max_planes(); ++p) fmt::print(" {:>17}", "EVs ok/bad/denied");
     fmt::print("\n");
   }
   // goodput_bytes: the workload's completed bytes; none for host programs
@@ -77,7 +77,7 @@ class StatsTable {
         const uint64_t tx = d->plane_counters(p)[size_t(dp::PlaneCtr::tx_bytes)];
         const double gbps = double(tx - pv.tx[p]) * 8 / dt / 1e9;
         pv.tx[p] = tx;
-        line += fmt::format(" {:>6.2f}{} {:>9}", gbps, d->link_up(p) ? ' ' : '!', ev_state_counts(states[p]));
+        line += fmt::format(" {:>6.2f}{} {:>9}", gbps, d->link_reads_up(p) ? ' ' : '!', ev_state_counts(states[p]));
       }
       for (uint32_t p = d->num_planes(); p < max_planes(); ++p) line += fmt::format(" {:>17}", "");
       line += fmt::format(" {:>9}", rtx);
@@ -210,7 +210,7 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const auto pc = d->plane_counters(p);
       j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", json_escape(d->spec().planes[p].port),
-                       d->link_up(p) ? "up" : "down");
+                       d->link_reads_up(p) ? "up" : "down");
       j += ",\"evs\":{";
       for (size_t s = 0; s < ev_states[p].size(); ++s)
         j += fmt::format("{}\"{}\":{}", s ? "," : "", engine::ev_state_name(engine::EvState(s)), ev_states[p][s]);
@@ -394,14 +394,24 @@ int run(int argc, char** argv) {
     for (size_t i = 0; i < size_t(dp::HostCtr::count); ++i)
       if (const uint64_t v = host->counters()[dp::HostCtr(i)])
         fmt::print(stderr, "  host_{:<27} {}\n", dp::kHostCtrNames[i], v);
-  if (result) {
-    fmt::print(stderr, "mrc-nic: integrity {}{}\n", result->integrity_ok ? "OK" : "FAILED",
-               result->first_error.empty() ? "" : " (" + result->first_error + ")");
-  }
-  for (auto& d : nic->devices())
-    for (const auto& e : d->ev_events())
+  for (auto& d : nic->devices()) {
+    uint64_t total = 0;
+    const auto events = d->ev_events(&total);
+    if (total > events.size())
+      fmt::print(stderr, "mrc-nic: {} saw {} EV state changes; the newest {} follow\n", d->name(), total,
+                 events.size());
+    for (const auto& e : events)
       fmt::print(stderr, "mrc-nic: EV event {} t={:.6f}s qp {} ev {} {} -> {} drops {}\n", d->name(), double(e.t) / 1e9,
                  e.qpn, e.ev, engine::ev_state_name(e.from), engine::ev_state_name(e.to), e.drops);
+  }
+  if (result) {
+    const std::string why = result->first_error.empty() ? "" : " (" + result->first_error + ")";
+    fmt::print(stderr, "mrc-nic: integrity {}, completions {}{}\n",
+               result->integrity_ok         ? "OK"
+               : result->slots_checked == 0 ? "NOT CHECKED"
+                                            : fmt::format("FAILED ({} slots bad)", result->slots_bad),
+               result->completions_ok ? "OK" : fmt::format("FAILED ({} errors)", result->errors), why);
+  }
   fmt::print("{}\n", json_summary(*nic, o, result ? &*result : nullptr, seconds));
   std::fflush(stdout);
   // Telemetry keeps answering (from the stopped datapath's state).

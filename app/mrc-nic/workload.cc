@@ -97,6 +97,9 @@ struct Flow {  // one requester QP
   uint32_t index = 0, qpn = 0;
   uint64_t messages = 0;  // to send (UINT64_MAX: until stopped)
   uint64_t posted = 0, completed = 0;
+  // Completed with success: RC completes in order, so these are the first
+  // `succeeded` messages, the ones the responder can check.
+  uint64_t succeeded = 0;
   uint64_t remote_base = 0;  // this QP's first slot
   bool finished = false;
 };
@@ -177,6 +180,7 @@ struct Workload::Impl {
         ++f->completed;
         last_completion.store(now, std::memory_order_relaxed);
         if (c.status == engine::WcStatus::success) {
+          ++f->succeeded;
           bytes_done.store(bytes_done.load(std::memory_order_relaxed) + c.byte_len, std::memory_order_relaxed);
         } else {
           if (w.errors.fetch_add(1) == 0)
@@ -588,6 +592,12 @@ void Workload::stop_posting() {
 
 uint64_t Workload::bytes_completed() const {
   uint64_t bytes = 0;
+  // A responder alone completes nothing: what its QPs placed is its goodput
+  // (duplicates are not placed twice).
+  if (impl_->wl.listen) {
+    for (auto& d : impl_->nic.devices()) bytes += d->qp_counter_totals()[engine::QpCtr::rx_data_bytes];
+    return bytes;
+  }
   for (const auto& app : impl_->req_apps) bytes += app->bytes_done.load(std::memory_order_relaxed);
   return bytes;
 }
@@ -616,7 +626,7 @@ WorkloadResult Workload::finish() {
   std::vector<uint64_t> counts;
   for (auto& f : I.flows) {
     uint64_t c = 0;
-    f.shard->call([&] { c = f.completed; });
+    f.shard->call([&] { c = f.succeeded; });
     counts.push_back(c);
     r.messages += c;
   }
@@ -647,13 +657,14 @@ WorkloadResult Workload::finish() {
   } else {
     take_verdict(r, I.responder_result(counts));
   }
+  // Integrity is what the responder checked; failed completions are the
+  // completions' verdict (a retry error said "integrity FAILED" with nothing
+  // checked).
   r.errors = I.errors.load();
-  if (r.errors) {
-    r.integrity_ok = false;
-    r.first_error = I.first_error;
-  }
-  if (!r.integrity_ok && r.first_error.empty()) r.first_error = "the responder checked nothing";
-  if (!I.imm) r.completions_ok = r.errors == 0;
+  if (r.errors) r.first_error = I.first_error;
+  if (!r.integrity_ok && r.first_error.empty())
+    r.first_error = r.slots_checked ? "placed bytes differ from those sent" : "the responder checked nothing";
+  if (!I.imm || r.errors) r.completions_ok = r.errors == 0;
   r.size = I.wl.size;
   r.qps = I.wl.qps;
   r.depth = I.wl.depth;

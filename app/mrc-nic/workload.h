@@ -45,7 +45,9 @@ class Workload {
   bool done();
   // On a signal or --duration: post nothing more, finish what is in flight.
   void stop_posting();
-  uint64_t bytes_completed() const;  // requester side, for the per-second table
+  // For the per-second table: bytes completed, or for a responder alone
+  // (--wl-listen) bytes placed.
+  uint64_t bytes_completed() const;
   // Verifies what was placed and returns the result; the two-process sides
   // exchange counts and the verdict. Call once, after done() or stop_posting().
   WorkloadResult finish();

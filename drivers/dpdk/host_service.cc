@@ -903,7 +903,7 @@ void HostService::Impl::handle(Client& c, const abi::Request& rq, std::span<cons
     case abi::Op::query_port: {
       uint32_t up = 0;
       for (uint32_t p = 0; p < c.dev->num_planes(); ++p)
-        if (c.dev->link_up(p)) up |= 1u << p;
+        if (c.dev->link_reads_up(p)) up |= 1u << p;
       rs.port = {up != 0, nic.spec().mtu, up};
       break;
     }
@@ -1480,7 +1480,7 @@ void HostService::Impl::check_links() {
     Device& d = *dp;
     uint32_t up = 0;
     for (uint32_t p = 0; p < d.num_planes(); ++p)
-      if (d.link_up(p)) up |= 1u << p;
+      if (d.link_reads_up(p)) up |= 1u << p;
     const uint32_t before = planes_up[d.index()];
     planes_up[d.index()] = up;
     // Verbs ports are the planes (port p + 1), as the control API has them.
@@ -2153,7 +2153,7 @@ void HostService::start() {
   for (auto& dp : I.nic.devices()) {
     uint32_t up = 0;
     for (uint32_t p = 0; p < dp->num_planes(); ++p)
-      if (dp->link_up(p)) up |= 1u << p;
+      if (dp->link_reads_up(p)) up |= 1u << p;
     I.planes_up[dp->index()] = up;
   }
   I.started = true;

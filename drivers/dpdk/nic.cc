@@ -231,6 +231,7 @@ struct Shard::Impl final : engine::Env {
   std::vector<EndpointResponse> endpoint_responses;
   std::vector<EvEventRecord> ev_log;  // ring of kEvLogSize
   size_t ev_log_next = 0;
+  uint64_t ev_log_total = 0;
   uint64_t capture_t0_ns = 0;  // wall clock at the NIC's time 0, for pcap timestamps
 
   Impl(Shard& sh, Device& d, rte_mempool* p, uint64_t seed) : s(sh), dev(d), pool(p), rng(seed) {
@@ -294,6 +295,7 @@ struct Shard::Impl final : engine::Env {
     else
       ev_log[ev_log_next] = r;
     ev_log_next = (ev_log_next + 1) % kEvLogSize;
+    ++ev_log_total;
   }
 
   void count_drop(uint32_t plane, ShardCtr why) {
@@ -582,8 +584,9 @@ void Shard::set_app(ShardApp* app) {
   call([&] { app_ = app; });
 }
 
-std::vector<EvEventRecord> Shard::ev_events() const {
+std::vector<EvEventRecord> Shard::ev_events(uint64_t* total) const {
   const auto& log = impl_->ev_log;
+  if (total) *total = impl_->ev_log_total;
   std::vector<EvEventRecord> out;
   if (log.size() < kEvLogSize) return log;
   for (size_t i = 0; i < kEvLogSize; ++i) out.push_back(log[(impl_->ev_log_next + i) % kEvLogSize]);
@@ -716,6 +719,12 @@ engine::Counters<engine::DevCtr> Device::engine_counters() {
   return sum;
 }
 
+bool Device::link_reads_up(uint32_t plane) const {
+  if (plane >= num_planes() || !link_up(plane)) return false;
+  rte_eth_link link{};
+  return rte_eth_link_get_nowait(spec_.planes[plane].port_id, &link) != 0 || link.link_status == RTE_ETH_LINK_UP;
+}
+
 Device::EvStateCounts Device::ev_states_per_plane() {
   EvStateCounts states{};
   for (const auto& qi : qp_infos()) {
@@ -769,13 +778,16 @@ bool Device::ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out) {
   return found;
 }
 
-std::vector<EvEventRecord> Device::ev_events() {
+std::vector<EvEventRecord> Device::ev_events(uint64_t* total) {
   std::vector<EvEventRecord> out;
+  if (total) *total = 0;
   for (auto& sh : shards_) {
     Shard* s = sh.get();
     s->call([&] {
-      auto e = s->ev_events();
+      uint64_t n = 0;
+      auto e = s->ev_events(&n);
       out.insert(out.end(), e.begin(), e.end());
+      if (total) *total += n;
     });
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.t < b.t; });

@@ -119,8 +119,9 @@ class Shard {
   // For the app running on this shard's lcore (the counters' one writer).
   void count(ShardCtr c, uint64_t n = 1) { ctr_.inc(c, n); }
   const PlaneCounters& plane_counters(uint32_t plane) const { return plane_ctr_[plane]; }
-  // EV events seen so far, newest last (bounded).
-  std::vector<EvEventRecord> ev_events() const;
+  // EV events seen so far, newest last (bounded); `total` gets how many
+  // there were in all.
+  std::vector<EvEventRecord> ev_events(uint64_t* total = nullptr) const;
 
  private:
   friend class Device;
@@ -162,6 +163,9 @@ class Device {
   // With port_status, the engine is told as well and tells its peers.
   void set_link(uint32_t plane, bool up, bool port_status);
   bool link_up(uint32_t plane) const { return link_up_[plane].load(std::memory_order_relaxed); }
+  // What a user sees of the plane: not held down (set_link) and its port's
+  // own link up (a memif peer gone reads down).
+  bool link_reads_up(uint32_t plane) const;
   void set_fault(uint32_t plane, const FaultSpec& f);
   FaultSpec fault(uint32_t plane) const;
 
@@ -174,7 +178,9 @@ class Device {
   // EVs of every QP by plane and state (engine::EvState order).
   using EvStateCounts = std::array<std::array<uint64_t, 4>, engine::kMaxPlanes>;
   EvStateCounts ev_states_per_plane();
-  std::vector<EvEventRecord> ev_events();
+  // The shards' EV events, oldest first; `total` gets how many there were
+  // in all (the shards keep only their newest).
+  std::vector<EvEventRecord> ev_events(uint64_t* total = nullptr);
   // The sum over shards of a plane's counters.
   std::array<uint64_t, size_t(PlaneCtr::count)> plane_counters(uint32_t plane) const;
   std::array<uint64_t, size_t(ShardCtr::count)> shard_counters() const;

@@ -154,7 +154,7 @@ int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
     const auto states = d->ev_states_per_plane();
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const FaultSpec f = d->fault(p);
-      std::vector<uint64_t> row = {d->spec().planes[p].port_id, d->link_up(p), uint64_t(f.drop * 1e6),
+      std::vector<uint64_t> row = {d->spec().planes[p].port_id, d->link_reads_up(p), uint64_t(f.drop * 1e6),
                                    uint64_t(f.corrupt * 1e6), f.delay_ns};
       for (uint64_t v : d->plane_counters(p)) row.push_back(v);
       for (auto s : kEvStates) row.push_back(states[p][size_t(s)]);
@@ -192,7 +192,7 @@ int cmd_plane(const char*, const char* params, rte_tel_data* out) {
   rte_tel_data_add_dict_u64(out, "port_id", d->spec().planes[plane].port_id);
   rte_tel_data_add_dict_string(out, "mac", format_mac(d->plane_addr(plane).mac).c_str());
   rte_tel_data_add_dict_string(out, "ip", d->plane_addr(plane).ip.str().c_str());
-  rte_tel_data_add_dict_string(out, "link", d->link_up(plane) ? "up" : "down");
+  rte_tel_data_add_dict_string(out, "link", d->link_reads_up(plane) ? "up" : "down");
   const FaultSpec f = d->fault(plane);
   rte_tel_data_add_dict_u64(out, "fault_drop_ppm", uint64_t(f.drop * 1e6));
   rte_tel_data_add_dict_u64(out, "fault_corrupt_ppm", uint64_t(f.corrupt * 1e6));
@@ -224,7 +224,7 @@ int cmd_link(const char*, const char* params, rte_tel_data* out) {
   rte_tel_data_start_dict(out);
   rte_tel_data_add_dict_string(out, "device", d->name().c_str());
   rte_tel_data_add_dict_u64(out, "plane", plane);
-  rte_tel_data_add_dict_string(out, "link", d->link_up(plane) ? "up" : "down");
+  rte_tel_data_add_dict_string(out, "link", d->link_reads_up(plane) ? "up" : "down");
   return 0;
 }
 

@@ -38,6 +38,12 @@ expect "--ev-values: 40001 EVs" "${good[@]}" --ev-values 0-40000
 expect "--fault" "${good[@]}" --fault "mrc0 drop=2"
 expect "--fault" "${good[@]}" --fault "mrc0:7 drop=0.1"
 expect "--link-event" "${good[@]}" --link-event "mrc0:0 sideways at-ms=1"
+# Taken before, silently: no time, keys of another kind, a flap ending before it starts, a key twice.
+expect "at-ms is required" "${good[@]}" --link-event "mrc0:0 down"
+expect "belong to flap" "${good[@]}" --link-event "mrc0:0 down at-ms=5 period-ms=5"
+expect "until-ms must come after" "${good[@]}" --link-event "mrc0:0 flap at-ms=10 period-ms=5 until-ms=1"
+expect "given twice" "${good[@]}" --fault "mrc0 drop=1 drop=0"
+expect "--capture" "${good[@]}" --capture /etc/hostname
 expect "--lcores" "${good[@]}" --lcores "mrc0=0"
 expect "--lcores" "${good[@]}" --lcores "mrc0=5"
 expect "--mtu" "${good[@]}" --mtu 1000

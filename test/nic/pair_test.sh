@@ -259,7 +259,7 @@ w, c = j["workload"], j["devices"]["mrc0"]["counters"]
 print(f"requester: {w['bytes']} B before the peer died, {w['errors']} error completions, "
       f"retry_exceeded={c.get('qp_retry_exceeded', 0)}, first error: {w.get('first_error')}, "
       f"planes down {c.get('nic_port_down_events', 0)} and back {c.get('nic_port_up_events', 0)}")
-if w["integrity_ok"] or w["errors"] == 0 or c.get("qp_retry_exceeded", 0) == 0:
+if w["completions_ok"] or w["errors"] == 0 or c.get("qp_retry_exceeded", 0) == 0:
     sys.exit("the QPs did not time out into ERROR")
 if c.get("nic_port_down_events", 0) < 4 or c.get("nic_port_up_events", 0) < 4:
     sys.exit("the engine did not hear of all 4 planes going down and coming back with the new peer")
