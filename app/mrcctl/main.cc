@@ -1222,13 +1222,27 @@ class Telemetry {
 
   // The value of one command, e.g. "/mrc/qp,12".
   // A null answer (the command failed) is an error unless null_ok.
+  // Whether the process lists `key` among its telemetry commands ("/").
+  bool registered(const std::string& key) {
+    if (::send(fd_, "/", 1, 0) < 0) return true;  // cannot tell: say nothing new
+    const Json r = receive();
+    const Json* list = r.find("/");
+    if (!list || !list->is_array()) return true;
+    for (const auto& c : list->arr())
+      if (c.is_string() && c.str() == key) return true;
+    return false;
+  }
+
   Json command(const std::string& cmd, bool null_ok = false) {
     if (::send(fd_, cmd.data(), cmd.size(), 0) < 0) fail(fmt::format("telemetry: send '{}'", cmd));
     Json r = receive();
     const std::string key = cmd.substr(0, cmd.find(','));
     if (const Json* v = r.find(key)) {
-      if (v->is_null() && !null_ok)
+      if (v->is_null() && !null_ok) {
+        if (!registered(key))
+          fail_msg(fmt::format("telemetry: this process has no {} (mrc-nic started with --telemetry false?)", key));
         fail_msg(fmt::format("telemetry: {} failed (unknown device, QP or bad parameters?)", cmd));
+      }
       return *v;
     }
     fail_msg(fmt::format("telemetry: unexpected reply to {}: {}", cmd, r.dump(-1)));
@@ -2491,7 +2505,8 @@ int stats_view(const StatsOpts& s, const TelemetryOpts& t) {
   if (w == "host") {
     Json v = tel.command("/mrc/host", true);
     // /mrc/host answers only where mrc-nic serves host programs.
-    if (v.is_null()) fail_msg("telemetry: this mrc-nic serves no host programs (it runs --workload): no /mrc/host");
+    if (v.is_null())
+      fail_msg("telemetry: this mrc-nic serves no host programs (it runs --workload, or --host false): no /mrc/host");
     if (g_json) return emit(v), 0;
     print_kv(v, "", s.nonzero);
     return 0;
