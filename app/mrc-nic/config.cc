@@ -133,7 +133,8 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(1u, 4096u))
       ->capture_default_str();
   // -1 was 2^64 - 1 bytes: a run that never ended.
-  app.add_option("--wl-bytes", o.wl.bytes, "bytes to write in all (0: use --wl-seconds)")
+  app.add_option("--wl-bytes", o.wl.bytes,
+                 "bytes to write in all, rounded up to whole --wl-size messages (0: use --wl-seconds)")
       ->check(mrc::app::not_negative())
       ->transform(CLI::AsSizeValue(false))
       ->capture_default_str();

@@ -242,9 +242,21 @@ EOF
     memif_pair --wl-seconds 20
     sleep 2
     pkill -KILL -P "$server_pid"
+    # With the peer gone, telemetry must not read its planes' links as up
+    # (only a --link-event counted).
+    sleep 1
+    echo /mrc/planes | timeout 20 $py /usr/bin/dpdk-telemetry.py -f "$client_prefix" >"$work/gone.json" 2>&1 ||
+      { cat "$work/gone.json" >&2; fail "dpdk-telemetry.py failed"; }
+    $py - "$work/gone.json" <<'EOF' || fail "the dead peer's planes read link up"
+import json, sys
+text = open(sys.argv[1]).read()
+t = json.loads(text[text.index("{"):text.rindex("}") + 1])["/mrc/planes"]
+up = [t[f"mrc0_{p}"][t["columns"].index("link_up")] for p in range(4)]
+print(f"link_up with the peer gone: {up}")
+sys.exit(1 if any(up) else 0)
+EOF
     # A new peer on the same socket: its QPs are new, so the old ones still
     # time out, but the requester's planes come back.
-    sleep 1
     rm -f "$work/memif.sock"  # the dead server's, which memif does not reclaim
     start_server
     rc=0
