@@ -7,6 +7,7 @@
 
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cmath>
 #include <string>
 
@@ -35,6 +36,20 @@ inline CLI::Validator not_negative() {
         const auto first = in.find_first_not_of(" \t");
         if (first != std::string::npos && in[first] == '-') return "Value " + in + " is negative";
         return "";
+      },
+      "");
+}
+
+// CLI11 reads any number as a boolean ("--host 7", "nscc-disable-qa = 2"
+// meant true): a switch takes a yes or a no.
+inline CLI::Validator boolean_word() {
+  return CLI::Validator(
+      [](std::string& in) -> std::string {
+        std::string w;
+        for (char c : in) w += char(std::tolower(static_cast<unsigned char>(c)));
+        for (const char* ok : {"true", "false", "1", "0", "yes", "no", "on", "off"})
+          if (w == ok) return "";
+        return "Value " + in + " is not true/false (1/0, yes/no, on/off)";
       },
       "");
 }

@@ -63,7 +63,7 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--nscc-base-rtt-ns", o.nscc_base_rtt_ns)->capture_default_str();
   app.add_option("--nscc-target-delay-ns", o.nscc_target_delay_ns, "0: 0.75 x base RTT")->capture_default_str();
   app.add_option("--nscc-max-cwnd", o.nscc_max_cwnd, "bytes; 0: 1.5 x BDP")->capture_default_str();
-  app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "no quick adapt");
+  app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "no quick adapt")->check(mrc::app::boolean_word());
   app.add_option("--fixed-window", o.fixed_window, "bytes in flight with --cc none")->capture_default_str();
   // NSCC sizes its window from rate x RTT and casts it to an integer: 1e300
   // overflowed that cast, 1e-300 left a window of one MTU.
@@ -100,7 +100,8 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--fault", o.faults, "egress fault injection: \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"");
   app.add_option("--link-event", o.link_events,
                  "\"DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]\": a silent link failure");
-  app.add_flag("--port-status", o.port_status, "link events also tell the engine, which tells its peers");
+  app.add_flag("--port-status", o.port_status, "link events also tell the engine, which tells its peers")
+      ->check(mrc::app::boolean_word());
   app.add_option("--capture", o.capture, "write every plane's RX and TX to DIR/DEV-planeN-{rx,tx}.pcap");
   app.add_option("--stats-interval", o.stats_interval, "seconds between table rows (0: none)")->capture_default_str();
   app.add_option("--duration", o.duration, "seconds to run (0: until the workload ends or a signal)")
@@ -109,8 +110,11 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--linger", o.linger, "seconds to keep serving telemetry after the workload ends")
       ->capture_default_str();
-  app.add_option("--telemetry", o.telemetry, "register the /mrc/* telemetry commands")->capture_default_str();
+  app.add_option("--telemetry", o.telemetry, "register the /mrc/* telemetry commands")
+      ->check(mrc::app::boolean_word())
+      ->capture_default_str();
   app.add_option("--host", o.host, "serve host programs through lib_mrc.so (off while --workload runs)")
+      ->check(mrc::app::boolean_word())
       ->capture_default_str();
   app.add_option("--run-dir", o.run_dir, "directory of the devices' sockets (default $MRC_RUN_DIR, else /tmp/mrcnic-UID)");
   app.add_option("--host-prefix-len", o.host_prefix_len,

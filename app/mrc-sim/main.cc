@@ -1196,7 +1196,8 @@ int main(int argc, char** argv) {
   app.add_option("--corrupt", o.corrupt)->check(finite_range(0, 1))->capture_default_str();
   app.add_option("--duplicate", o.duplicate)->check(finite_range(0, 1))->capture_default_str();
   app.add_option("--host-link-impairments", o.host_link_impairments, "apply loss/corrupt/duplicate to host links too")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(mrc::app::boolean_word());
   app.add_option("--workload", o.workload)
       ->check(CLI::IsMember({"single", "incast", "permutation", "alltoall"}))
       ->capture_default_str();
@@ -1213,7 +1214,9 @@ int main(int argc, char** argv) {
   app.add_option("--imm-every", o.imm_every, "every n-th message is a WRITE_IMM (0: only the last)")
       ->capture_default_str();
   app.add_option("--incast-degree", o.incast_degree)->check(CLI::Range(1u, 65533u))->capture_default_str();
-  app.add_option("--victim", o.victim, "incast: add a victim flow through the receiver's leaf")->capture_default_str();
+  app.add_option("--victim", o.victim, "incast: add a victim flow through the receiver's leaf")
+      ->check(mrc::app::boolean_word())
+      ->capture_default_str();
   // 0 was taken and ran with one EV.
   app.add_option("--evs", o.evs, "EVs per QP, spread equally over planes")
       ->check(CLI::Range(1u, uint32_t(engine::kMaxEvsPerQp)))
@@ -1263,7 +1266,8 @@ int main(int argc, char** argv) {
       ->check(finite_range(0, 1))
       ->capture_default_str();
   app.add_option("--port-status", o.port_status, "affected NICs see the port change and send port status")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(mrc::app::boolean_word());
   app.add_option("--duration-us", o.duration_us, "simulated time cap")
       ->check(finite_range(1e-3, kMaxUs))
       ->capture_default_str();

@@ -43,6 +43,9 @@ expect "at-ms is required" "${good[@]}" --link-event "mrc0:0 down"
 expect "belong to flap" "${good[@]}" --link-event "mrc0:0 down at-ms=5 period-ms=5"
 expect "until-ms must come after" "${good[@]}" --link-event "mrc0:0 flap at-ms=10 period-ms=5 until-ms=1"
 expect "given twice" "${good[@]}" --fault "mrc0 drop=1 drop=0"
+# Any number read as true before.
+expect "--host: Value 7" "${good[@]}" --host 7
+expect "--nscc-disable-qa: Value 2" "${good[@]}" --nscc-disable-qa=2
 expect "--capture" "${good[@]}" --capture /etc/hostname
 expect "--lcores" "${good[@]}" --lcores "mrc0=0"
 expect "--lcores" "${good[@]}" --lcores "mrc0=5"
