@@ -34,7 +34,16 @@ void add_options(CLI::App& app, Options& o) {
                  "create a virtual port as EAL's --vdev does (so a config file can carry its ports): NAME[,ARGS]");
   app.add_option("--ring-pair", o.ring_pairs, "create ports A and B joined back to back by rte_rings: \"A:B\"");
   app.add_option("--transport", o.transport)->check(CLI::IsMember({"mrc", "rocev2"}))->capture_default_str();
-  app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u}))->capture_default_str();
+  // Checked as words: CLI11's IsMember answered "4096.0" with the value alone.
+  app.add_option("--mtu", o.mtu)
+      ->check(CLI::Validator(
+          [](std::string& in) -> std::string {
+            for (const char* w : {"256", "512", "1024", "2048", "4096"})
+              if (in == w) return "";
+            return in + " is not one of 256, 512, 1024, 2048, 4096";
+          },
+          "256|512|1024|2048|4096"))
+      ->capture_default_str();
   app.add_option("--timeout", o.timeout, "ACK timeout exponent: 1.024 us x 2^t (MRC), 4.096 us x 2^t (RoCEv2)")
       ->check(CLI::Range(0, 24))
       ->capture_default_str();

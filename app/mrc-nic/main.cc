@@ -132,8 +132,11 @@ class LinkSchedule {
       } else {
         next_[i] = -1;
       }
+      const bool was_up = d->link_up(e.plane);
       d->set_link(e.plane, up, port_status_);
-      fmt::print(stderr, "mrc-nic: t={:.3f}s {} plane {} link {}\n", t, e.device, e.plane, up ? "up" : "DOWN");
+      // A flap's end finds the link up half the time: nothing happened then.
+      if (was_up != up)
+        fmt::print(stderr, "mrc-nic: t={:.3f}s {} plane {} link {}\n", t, e.device, e.plane, up ? "up" : "DOWN");
     }
   }
 

@@ -50,6 +50,7 @@ expect "--capture" "${good[@]}" --capture /etc/hostname
 expect "--lcores" "${good[@]}" --lcores "mrc0=0"
 expect "--lcores" "${good[@]}" --lcores "mrc0=5"
 expect "--mtu" "${good[@]}" --mtu 1000
+expect "--mtu: 4096.0 is not one of" "${good[@]}" --mtu 4096.0
 expect "--timeout" "${good[@]}" --timeout 40
 expect "--probe-confirmations" "${good[@]}" --probe-confirmations 0
 expect "--workload" "${good[@]}" --workload write
