@@ -180,6 +180,14 @@ static int get_fmt(Context& c, uint64_t id, abi::CtlFmt& f) {
   return 0;
 }
 
+static int put_fmt(Context& c, const abi::CtlFmt& f) {
+  abi::Request rq{};
+  rq.op = abi::Op::ctl_put_fmt;
+  rq.ctl_fmt = f;
+  abi::Response rs{};
+  return c.call(rq, rs);
+}
+
 MRC_EXPORT int mrc_ctl_modify_ev_fmt_profile(mrc_context* m, uint64_t id, mrc_ctl_ev_fmt_profile_attr* attr,
                                              int mask) {
   Context* c = ctx_of(m);
@@ -199,11 +207,7 @@ MRC_EXPORT int mrc_ctl_modify_ev_fmt_profile(mrc_context* m, uint64_t id, mrc_ct
       std::memset(f.widths, 0, sizeof f.widths);
       for (int i = 0; i < n; ++i) f.widths[i] = attr->ev_fmt_op.fmt_fields[i].width;
     }
-    abi::Request rq{};
-    rq.op = abi::Op::ctl_put_fmt;
-    rq.ctl_fmt = f;
-    abi::Response rs{};
-    return c->call(rq, rs);
+    return put_fmt(*c, f);
   });
   return e ? ctl_fail(e) : 0;
 }
@@ -381,6 +385,14 @@ static int get_cc(Context& c, uint64_t id, abi::CtlCc& cc) {
   return 0;
 }
 
+static int put_cc(Context& c, const abi::CtlCc& cc) {
+  abi::Request rq{};
+  rq.op = abi::Op::ctl_put_cc;
+  rq.ctl_cc = cc;
+  abi::Response rs{};
+  return c.call(rq, rs);
+}
+
 MRC_EXPORT int mrc_ctl_modify_cc_profile(mrc_context* m, uint64_t id, mrc_ctl_cc_profile_attr* attr, int mask) {
   Context* c = ctx_of(m);
   if (!c || !attr) return ctl_fail(EINVAL);
@@ -417,11 +429,7 @@ MRC_EXPORT int mrc_ctl_modify_cc_profile(mrc_context* m, uint64_t id, mrc_ctl_cc
       }
       cc.has_config = 1;
     }
-    abi::Request rq{};
-    rq.op = abi::Op::ctl_put_cc;
-    rq.ctl_cc = cc;
-    abi::Response rs{};
-    return c->call(rq, rs);
+    return put_cc(*c, cc);
   });
   return e ? ctl_fail(e) : 0;
 }
