@@ -102,6 +102,13 @@ void add_options(CLI::App& app, Options& o) {
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
       ->check(CLI::Range(0u, 65535u))
       ->capture_default_str();
+  app.add_option("--probe-interval-ns", o.probe_interval_ns,
+                 "an ASSUMED_BAD EV (or a plane out whole) is probed after this long, doubling per unanswered probe")
+      ->check(CLI::Range(uint64_t(1000), uint64_t(1000000000)))
+      ->capture_default_str();
+  app.add_option("--probe-interval-max-ns", o.probe_interval_max_ns, "the longest probe interval")
+      ->check(CLI::Range(uint64_t(1000), uint64_t(10000000000)))
+      ->capture_default_str();
   app.add_option("--probe-confirmations", o.probe_confirmations,
                  "probes in a row an ASSUMED_BAD EV must have answered to go back into service")
       ->check(CLI::Range(1u, 64u))
@@ -292,6 +299,10 @@ std::string build(const Options& o, Built& out) {
   ec.tail_probe_delay = o.tail_probe_ns < 0 ? engine::kNever : engine::Nanos(o.tail_probe_ns);
   ec.plane_silent_losses = o.plane_silent_losses;
   ec.probe_confirmations = o.probe_confirmations;
+  ec.probe_interval = engine::Nanos(o.probe_interval_ns);
+  ec.probe_interval_max = engine::Nanos(o.probe_interval_max_ns);
+  if (o.probe_interval_max_ns < o.probe_interval_ns)
+    return "--probe-interval-max-ns: must be at least --probe-interval-ns";
   ec.seed = o.seed;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";
   if (o.lcore_rate_gbps < 0) return "--lcore-rate-gbps: must not be negative";

@@ -69,6 +69,8 @@ struct Options {
   int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
   uint32_t plane_silent_losses = 8;
   uint32_t probe_confirmations = engine::EngineConfig{}.probe_confirmations;
+  uint64_t probe_interval_ns = uint64_t(engine::EngineConfig{}.probe_interval);
+  uint64_t probe_interval_max_ns = uint64_t(engine::EngineConfig{}.probe_interval_max);
   std::vector<std::string> faults;       // "DEV[:PLANE]|* drop=P corrupt=P delay-us=N"
   std::vector<std::string> link_events;  // "DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]"
   bool port_status = false;

@@ -74,6 +74,8 @@ struct Options {
   uint32_t mpr = 8;
   uint32_t plane_silent_losses = engine::EngineConfig{}.plane_silent_losses;
   uint32_t probe_confirmations = engine::EngineConfig{}.probe_confirmations;
+  uint64_t probe_interval_ns = uint64_t(engine::EngineConfig{}.probe_interval);
+  uint64_t probe_interval_max_ns = uint64_t(engine::EngineConfig{}.probe_interval_max);
   double reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
   int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
   // Failures.
@@ -696,6 +698,8 @@ int Sim::run() {
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
   fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
   fc.engine_template.probe_confirmations = o_.probe_confirmations;
+  fc.engine_template.probe_interval = Nanos(o_.probe_interval_ns);
+  fc.engine_template.probe_interval_max = Nanos(o_.probe_interval_max_ns);
   fc.engine_template.reorder_window_growth = o_.reorder_window_growth;
   fc.engine_template.tail_probe_delay = o_.tail_probe_ns < 0 ? kNever : Nanos(o_.tail_probe_ns);
   fc.engine_template.icrc_offload =
@@ -1018,6 +1022,8 @@ int Sim::run() {
 // against the fabric's shape. Returns the error, naming the option, or "".
 std::string check_options(const Options& o) {
   if (o.message_bytes.empty()) return "--message-bytes: needs at least one size";
+  if (o.probe_interval_max_ns < o.probe_interval_ns)
+    return "--probe-interval-max-ns: must be at least --probe-interval-ns";
   // A queue must hold one full frame, or every one is dropped.
   const uint32_t frame = o.mtu + kMaxFrameOverhead;
   if (o.host_queue_bytes < frame)
@@ -1246,6 +1252,13 @@ int main(int argc, char** argv) {
   app.add_option("--plane-silent-losses", o.plane_silent_losses,
                  "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
       ->check(CLI::Range(0u, 65535u))
+      ->capture_default_str();
+  app.add_option("--probe-interval-ns", o.probe_interval_ns,
+                 "an ASSUMED_BAD EV (or a plane out whole) is probed after this long, doubling per unanswered probe")
+      ->check(CLI::Range(uint64_t(1000), uint64_t(1000000000)))
+      ->capture_default_str();
+  app.add_option("--probe-interval-max-ns", o.probe_interval_max_ns, "the longest probe interval")
+      ->check(CLI::Range(uint64_t(1000), uint64_t(10000000000)))
       ->capture_default_str();
   app.add_option("--probe-confirmations", o.probe_confirmations,
                  "probes in a row an ASSUMED_BAD EV must have answered to go back into service")

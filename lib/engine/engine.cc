@@ -432,6 +432,8 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
       for (uint16_t i = 0; i < qp.evs.size(); ++i) {
         if ((newly_down >> qp.evs[i].plane) & 1) ev_mark(qp, i, EvState::assumed_bad, now, true);
       }
+      for (uint32_t p = 0; p < cfg.num_planes; ++p)
+        if ((newly_down >> p) & 1) sweep_plane(qp, p);
       if (newly_down) resend_in_flight_on(qp, newly_down, now);
       // Back at the peer: probed at once, as a plane back here is. An idle
       // QP had parked those probes while the plane was down, and its EVs
@@ -640,6 +642,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
       if (qp.evs[i].plane != plane) continue;
       if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);
     }
+    if (!up) I.sweep_plane(qp, plane);
     if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
     if (up) I.probe_planes_now(qp, 1u << plane, now);
   }

@@ -22,10 +22,8 @@ namespace mrc::engine {
 // every data packet).
 inline constexpr uint16_t kLossProbeIdBase = kMaxEvsPerQp;
 inline constexpr uint16_t loss_probe_id(uint16_t seq) { return kLossProbeIdBase | (seq & 0x7FFF); }
-// Unanswered probes after which a swept plane's scout hands over to the
-// plane's next swept EV (send_probes): 50 + 100 + 200 us with the default
-// probe interval.
-inline constexpr uint32_t kScoutSilentProbes = 3;
+// Qp::plane_scout of a plane whose scout is still to be chosen.
+inline constexpr uint16_t kNoScout = 0xFFFF;
 // Round trips without a needless resend after which the reorder window
 // falls back to its base (EngineConfig::reorder_window_growth).
 inline constexpr Nanos kReoQuietRtts = 16;
@@ -115,10 +113,11 @@ struct EvCold {
   bool probe_outstanding = false;  // the last probe sent has had no answer yet
   Nanos probe_sent_at = 0;         // when it left
   uint64_t drops = 0;   // losses since the last GOOD<->ASSUMED_BAD event
-  // Why it is ASSUMED_BAD, when a loss put it there: its own packet's, or
-  // its plane's streak (plane_silent). Only these give way to a packet
-  // that proves the loss wrong; a SACK's ALWAYS_SKIP or a port going down
-  // wait for a probe.
+  // Why it is ASSUMED_BAD: its own packet's loss, or its whole plane's
+  // failure (a streak of losses, plane_silent; a port down here or at the
+  // peer), which one scout probes for. Only a loss gives way to a packet
+  // that proves it wrong (and a streak to its plane's proof); a SACK's
+  // ALWAYS_SKIP waits for a probe.
   enum class OutBy : uint8_t { other, loss, sweep } out_by = OutBy::other;
   Nanos out_at = 0;     // when a loss took it out
   Counters<EvCtr> ctr;  // all but tx_pkts and acks, which are Ev's
@@ -244,6 +243,9 @@ struct alignas(64) Qp {
   std::array<Nanos, kMaxPlanes> plane_acked_sent_at{};
   std::array<Nanos, kMaxPlanes> sweep_tip_sent_at{};
   std::array<Nanos, kMaxPlanes> plane_streak_at{};  // when plane_losses last left 0
+  // Per plane, the one of its swept EVs that probes for them all
+  // (send_probes); kNoScout, or an EV no longer swept, until one is chosen.
+  std::array<uint16_t, kMaxPlanes> plane_scout{};
   uint32_t active_good = 0;       // EVs in GOOD or SKIP
   Nanos next_probe_at = kNever;
   uint32_t rocev2_sport = 0;
@@ -521,6 +523,8 @@ struct Engine::Impl {
   void plane_sweep_disproved(Qp& qp, uint32_t plane, Nanos now);
   bool return_swept(Qp& qp, uint32_t plane, Nanos now, bool skip);
   void sweep_released(Qp& qp, uint32_t plane);
+  bool pass_scout(Qp& qp, uint16_t from, Nanos due);
+  void sweep_plane(Qp& qp, uint32_t plane);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
   void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);

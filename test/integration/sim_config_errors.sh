@@ -60,6 +60,8 @@ expect --fail-at-us --fail-plane 0 --fail-at-us nan
 expect --reorder-window-growth --reorder-window-growth nan
 expect --probe-confirmations --probe-confirmations 0
 expect --probe-confirmations --probe-confirmations 65
+expect --probe-interval-ns --probe-interval-ns 10
+expect "--probe-interval-max-ns: must be at least" --probe-interval-ns 100000 --probe-interval-max-ns 50000
 expect --host-rate-gbps --host-rate-gbps 0
 expect --host-rate-gbps --host-rate-gbps -1
 expect --fabric-delay-ns --fabric-delay-ns inf

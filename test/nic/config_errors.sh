@@ -53,6 +53,8 @@ expect "--mtu" "${good[@]}" --mtu 1000
 expect "--mtu: 4096.0 is not one of" "${good[@]}" --mtu 4096.0
 expect "--timeout" "${good[@]}" --timeout 40
 expect "--probe-confirmations" "${good[@]}" --probe-confirmations 0
+expect "--probe-interval-ns" "${good[@]}" --probe-interval-ns 0
+expect "--probe-interval-max-ns: must be at least" "${good[@]}" --probe-interval-ns 100000 --probe-interval-max-ns 50000
 expect "--workload" "${good[@]}" --workload write
 expect "--wl-from" "${good[@]}" --workload write --wl-from mrc0 --wl-to mrc0 --wl-bytes 1M
 # CLI11 and stod read "nan" and "inf" as numbers, and NaN passes range checks.

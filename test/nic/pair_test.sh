@@ -22,7 +22,8 @@
 #                    than QPs, a --wl-bytes near 2^64, port names to escape
 #   rings-plane-back one process, a plane silently down for a second under
 #                    load, then back: every EV of every plane must be back in
-#                    service by the end (5 of 256 were left out for good)
+#                    service by the end (5 of 256 were left out for good), and
+#                    the dead plane drew one probe per QP per back-off
 #   rings-many-qps   one process, 700 QPs per device, more than a telemetry
 #                    array holds: /mrc/qps says what it left out, pages list
 #                    every QP, and so does mrcctl; /mrc/planes,DEV
@@ -325,6 +326,14 @@ if not w["integrity_ok"] or w["errors"]: sys.exit(f"integrity_ok {w['integrity_o
 marked = j["devices"]["mrc0"]["counters"].get("qp_ev_marked_bad", 0)
 print(f"{marked} EVs marked ASSUMED_BAD while plane 1 was down")
 if not marked: sys.exit("the plane's failure marked no EV: the test tested nothing")
+# One scout per QP probes for the dead plane, its back-off doubling to 2 ms:
+# about 500 probes a second per QP. Scouts that gave up and probed on their
+# own sent about 130,000 in that second, 12 % of the frames.
+c = j["devices"]["mrc0"]["counters"]
+ev_probes = c.get("qp_tx_probes", 0) - c.get("qp_tx_tail_probes", 0)
+bound = w["qps"] * 500 * 4  # 4x for the probes of live planes' EVs a late packet took out
+print(f"{ev_probes} EV probes sent (at most {bound})")
+if ev_probes > bound: sys.exit(f"{ev_probes} EV probes for one second of a dead plane: more than {bound}")
 for dev, d in j["devices"].items():
     for p, plane in enumerate(d["planes"]):
         print(f"{dev} plane {p}: {plane['evs']}")
