@@ -137,7 +137,7 @@ TEST_CASE("the scheduler's view of every QP matches the QP after every event") {
   auto cfg = net_config(c);
   // 4: probes far quicker than losses gather into a sweep, so EVs out for
   // their own losses have given up some probes when the sweep takes them
-  // in, and scouts give up one after another while the plane stays down.
+  // in, and the scout moves from EV to EV while the plane stays down.
   if (variant == 4) cfg.engine_template.probe_interval = 500;
   sim::TestNet net(cfg);
   WorkloadSpec spec;
