@@ -401,6 +401,10 @@ std::string build(const Options& o, Built& out) {
   size_t max_planes = 0;
   for (auto& [n, d] : devs) max_planes = std::max(max_planes, d.planes.size());
   if (evs.size() < max_planes) return fmt::format("--ev-values: {} EVs cannot cover {} planes", evs.size(), max_planes);
+  // More than a plane has would make every EV spray: the same as 0, said otherwise.
+  if (o.ev_active_per_plane > evs.size() / max_planes)
+    return fmt::format("--ev-active-per-plane: {} is more than the {} EVs a plane has ({} EVs over {} planes)",
+                       o.ev_active_per_plane, evs.size() / max_planes, evs.size(), max_planes);
   for (size_t i = 0; i < evs.size(); ++i)
     a.ev.evs.push_back(engine::EvEntry{evs[i], static_cast<uint8_t>(i % max_planes)});
   if (o.ev_min_active > evs.size()) return "--ev-min-active: larger than the number of EVs";

@@ -1022,6 +1022,10 @@ int Sim::run() {
 // against the fabric's shape. Returns the error, naming the option, or "".
 std::string check_options(const Options& o) {
   if (o.message_bytes.empty()) return "--message-bytes: needs at least one size";
+  if (o.evs < o.planes) return fmt::format("--evs: {} EVs cannot cover {} planes", o.evs, o.planes);
+  if (o.ev_active_per_plane > o.evs / o.planes)
+    return fmt::format("--ev-active-per-plane: {} is more than the {} EVs a plane has ({} EVs over {} planes)",
+                       o.ev_active_per_plane, o.evs / o.planes, o.evs, o.planes);
   if (o.probe_interval_max_ns < o.probe_interval_ns)
     return "--probe-interval-max-ns: must be at least --probe-interval-ns";
   // A queue must hold one full frame, or every one is dropped.

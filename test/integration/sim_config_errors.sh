@@ -61,6 +61,8 @@ expect --reorder-window-growth --reorder-window-growth nan
 expect --probe-confirmations --probe-confirmations 0
 expect --probe-confirmations --probe-confirmations 65
 expect --probe-interval-ns --probe-interval-ns 10
+expect "--evs: 4 EVs cannot cover 8 planes" --planes 8 --evs 4
+expect "--ev-active-per-plane: 5 is more than the 4 EVs" --planes 8 --evs 32 --ev-active-per-plane 5
 expect "--probe-interval-max-ns: must be at least" --probe-interval-ns 100000 --probe-interval-max-ns 50000
 expect --host-rate-gbps --host-rate-gbps 0
 expect --host-rate-gbps --host-rate-gbps -1

@@ -54,6 +54,7 @@ expect "--mtu: 4096.0 is not one of" "${good[@]}" --mtu 4096.0
 expect "--timeout" "${good[@]}" --timeout 40
 expect "--probe-confirmations" "${good[@]}" --probe-confirmations 0
 expect "--probe-interval-ns" "${good[@]}" --probe-interval-ns 0
+expect "--ev-active-per-plane: 257 is more than the 256 EVs" "${good[@]}" --ev-active-per-plane 257
 expect "--probe-interval-max-ns: must be at least" "${good[@]}" --probe-interval-ns 100000 --probe-interval-max-ns 50000
 expect "--workload" "${good[@]}" --workload write
 expect "--wl-from" "${good[@]}" --workload write --wl-from mrc0 --wl-to mrc0 --wl-bytes 1M
