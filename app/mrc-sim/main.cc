@@ -69,6 +69,7 @@ struct Options {
   uint32_t mtu = 4096;
   uint32_t base_rtt_ns = 5000;
   uint32_t target_delay_ns = 0;
+  bool nscc_disable_qa = false;
   int timeout = -1;  // -1: ~131 us for either transport
   int retry_exp = -1;
   uint32_t mpr = 8;
@@ -362,6 +363,7 @@ bool Sim::setup_qp(QpRun& q, uint32_t gi) {
     a.cc.algo = CcAlgo::nscc;
     a.cc.nscc.base_rtt = o_.base_rtt_ns;
     a.cc.nscc.target_delay = o_.target_delay_ns;
+    a.cc.nscc.disable_qa = o_.nscc_disable_qa;
   } else {
     a.cc.algo = CcAlgo::dcqcn;
     a.cc.dcqcn.line_rate_gbps = o_.host_rate_gbps;  // one plane per QP
@@ -1234,6 +1236,7 @@ int main(int argc, char** argv) {
   app.add_option("--ev-active-per-plane", o.ev_active_per_plane)->capture_default_str();
   app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u, 8192u}))->capture_default_str();
   app.add_option("--base-rtt-ns", o.base_rtt_ns, "NSCC base_rtt")->capture_default_str();
+  app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "NSCC without quick adapt")->check(mrc::app::boolean_word());
   app.add_option("--target-delay-ns", o.target_delay_ns, "NSCC target delay (0: 0.75 x base_rtt)")
       ->capture_default_str();
   app.add_option("--timeout", o.timeout, "ACK timeout exponent (-1: ~131 us for either transport)")

@@ -87,6 +87,7 @@ expect --scenario --scenario 'a"b'
 expect --seed --seed -1
 expect --evs --evs 0
 expect "--victim: Value 2" --victim 2
+expect "--nscc-disable-qa: Value 2" --nscc-disable-qa=2
 expect --ecn-max-bytes --ecn-min-bytes 65536 --ecn-max-bytes 32768
 # From a config file too.
 printf 'loss = nan\n' >"$work/nan.conf"
