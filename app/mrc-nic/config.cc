@@ -70,7 +70,11 @@ void add_options(CLI::App& app, Options& o) {
   app.add_option("--ev-min-active", o.ev_min_active)->capture_default_str();
   app.add_option("--cc", o.cc)->check(CLI::IsMember({"nscc", "dcqcn", "none"}))->capture_default_str();
   app.add_option("--nscc-base-rtt-ns", o.nscc_base_rtt_ns)->capture_default_str();
-  app.add_option("--nscc-target-delay-ns", o.nscc_target_delay_ns, "0: 0.75 x base RTT")->capture_default_str();
+  app.add_option("--nscc-target-delay-ns", o.nscc_target_delay_ns, "0: base RTT (0.75 x with --fabric-trims)")
+      ->capture_default_str();
+  app.add_flag("--fabric-trims", o.fabric_trims,
+               "the switches trim payloads they would drop (UEC); NSCC then targets 0.75 x base RTT")
+      ->check(mrc::app::boolean_word());
   app.add_option("--nscc-max-cwnd", o.nscc_max_cwnd, "bytes; 0: 1.5 x BDP")->capture_default_str();
   app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "no quick adapt")->check(mrc::app::boolean_word());
   app.add_option("--fixed-window", o.fixed_window, "bytes in flight with --cc none")->capture_default_str();
@@ -304,6 +308,7 @@ std::string build(const Options& o, Built& out) {
   if (o.probe_interval_max_ns < o.probe_interval_ns)
     return "--probe-interval-max-ns: must be at least --probe-interval-ns";
   ec.seed = o.seed;
+  ec.fabric_trims = o.fabric_trims;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";
   if (o.lcore_rate_gbps < 0) return "--lcore-rate-gbps: must not be negative";
 

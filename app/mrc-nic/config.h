@@ -74,6 +74,7 @@ struct Options {
   std::vector<std::string> faults;       // "DEV[:PLANE]|* drop=P corrupt=P delay-us=N"
   std::vector<std::string> link_events;  // "DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]"
   bool port_status = false;
+  bool fabric_trims = false;  // software ports and the switches they reach do not trim
   std::string capture;
   double stats_interval = 0;
   double duration = 0;

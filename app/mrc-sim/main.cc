@@ -704,6 +704,7 @@ int Sim::run() {
   fc.engine_template.probe_interval_max = Nanos(o_.probe_interval_max_ns);
   fc.engine_template.reorder_window_growth = o_.reorder_window_growth;
   fc.engine_template.tail_probe_delay = o_.tail_probe_ns < 0 ? kNever : Nanos(o_.tail_probe_ns);
+  fc.engine_template.fabric_trims = o_.trim_bytes > 0;
   fc.engine_template.icrc_offload =
       o_.icrc == "off" || (o_.icrc == "auto" && o_.corrupt <= 0 && o_.pcap.empty());
   std::string err;
@@ -1237,7 +1238,8 @@ int main(int argc, char** argv) {
   app.add_option("--mtu", o.mtu)->check(CLI::IsMember({256u, 512u, 1024u, 2048u, 4096u, 8192u}))->capture_default_str();
   app.add_option("--base-rtt-ns", o.base_rtt_ns, "NSCC base_rtt")->capture_default_str();
   app.add_flag("--nscc-disable-qa", o.nscc_disable_qa, "NSCC without quick adapt")->check(mrc::app::boolean_word());
-  app.add_option("--target-delay-ns", o.target_delay_ns, "NSCC target delay (0: 0.75 x base_rtt)")
+  app.add_option("--target-delay-ns", o.target_delay_ns,
+                 "NSCC target delay (0: base_rtt, 0.75 x base_rtt with --trim-bytes)")
       ->capture_default_str();
   app.add_option("--timeout", o.timeout, "ACK timeout exponent (-1: ~131 us for either transport)")
       ->check(CLI::Range(-1, 24))  // the engine's limit (modify_qp)

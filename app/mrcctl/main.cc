@@ -1737,7 +1737,8 @@ struct NsccArgs {
   void add(CLI::App* s) {
     const auto opt = [&](CLI::Option* o) { given.push_back(o->capture_default_str()->group("NSCC parameters")); };
     opt(s->add_option("--base-rtt", cfg.base_rtt, "base RTT (ns)"));
-    opt(s->add_option("--target-delay", cfg.target_delay, "target queueing delay (ns; 0: 0.75 x base RTT)"));
+    opt(s->add_option("--target-delay", cfg.target_delay,
+                      "target queueing delay (ns; 0: base RTT, 0.75 x where the fabric trims)"));
     opt(s->add_option("--max-cwnd", cfg.max_cwnd, "largest window (bytes; 0: from the BDP)"));
     // NaN, inf and values beyond a float (inf once stored) passed to the
     // device, which does not check fi and fi_scale.

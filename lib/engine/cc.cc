@@ -26,15 +26,16 @@ class FixedWindow final : public CongestionControl {
 
 }  // namespace
 
-std::unique_ptr<CongestionControl> make_congestion_control(const CcProfile& p, uint32_t mtu, double line_rate_gbps) {
+std::unique_ptr<CongestionControl> make_congestion_control(const CcProfile& p, uint32_t mtu, double line_rate_gbps,
+                                                           bool fabric_trims) {
   switch (p.algo) {
     case CcAlgo::none: return std::make_unique<FixedWindow>(p.fixed_window_bytes);
-    case CcAlgo::nscc: return std::make_unique<Nscc>(p.nscc, mtu, line_rate_gbps);
+    case CcAlgo::nscc: return std::make_unique<Nscc>(p.nscc, mtu, line_rate_gbps, fabric_trims);
     case CcAlgo::dcqcn: return std::make_unique<Dcqcn>(p.dcqcn, line_rate_gbps);
   }
   // An out-of-range algo (a bad cast upstream) gets the spec's default
   // rather than a null QP controller.
-  return std::make_unique<Nscc>(p.nscc, mtu, line_rate_gbps);
+  return std::make_unique<Nscc>(p.nscc, mtu, line_rate_gbps, fabric_trims);
 }
 
 }  // namespace mrc::engine

@@ -38,7 +38,9 @@ class CongestionControl {
 };
 
 // mtu: the QP's path MTU in bytes; line_rate_gbps: the NIC's aggregate rate,
-// used for defaults that scale with the bandwidth-delay product.
-std::unique_ptr<CongestionControl> make_congestion_control(const CcProfile& p, uint32_t mtu, double line_rate_gbps);
+// used for defaults that scale with the bandwidth-delay product;
+// fabric_trims: EngineConfig::fabric_trims.
+std::unique_ptr<CongestionControl> make_congestion_control(const CcProfile& p, uint32_t mtu, double line_rate_gbps,
+                                                           bool fabric_trims = true);
 
 }  // namespace mrc::engine

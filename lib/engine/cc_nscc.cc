@@ -20,10 +20,12 @@ double or_default(double v, double dflt) { return v > 0 ? v : dflt; }
 
 }  // namespace
 
-Nscc::Nscc(const NsccConfig& cfg, uint32_t mtu, double line_rate_gbps)
+Nscc::Nscc(const NsccConfig& cfg, uint32_t mtu, double line_rate_gbps, bool fabric_trims)
     : mtu_(std::max<uint32_t>(mtu, 1)),
       base_rtt_(or_default(cfg.base_rtt, kDefaultBaseRttNs)),
-      target_delay_(or_default(cfg.target_delay, 0.75 * base_rtt_)),
+      // UEC: 0.75 x base_rtt where the fabric trims, as a trim says more
+      // than a deep queue; the whole base_rtt where it does not.
+      target_delay_(or_default(cfg.target_delay, (fabric_trims ? 0.75 : 1.0) * base_rtt_)),
       qa_threshold_(or_default(cfg.qa_threshold, 4 * target_delay_)),
       max_cwnd_(std::max(
           mtu_, or_default(cfg.max_cwnd, 1.5 * or_default(line_rate_gbps, kDefaultLineRateGbps) * base_rtt_ / 8))),

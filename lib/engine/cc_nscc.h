@@ -12,8 +12,9 @@ namespace mrc::engine {
 
 class Nscc final : public CongestionControl {
  public:
-  // line_rate_gbps sizes the BDP behind the max_cwnd default and alpha.
-  Nscc(const NsccConfig& cfg, uint32_t mtu, double line_rate_gbps);
+  // line_rate_gbps sizes the BDP behind the max_cwnd default and alpha;
+  // fabric_trims, the target delay's default (EngineConfig::fabric_trims).
+  Nscc(const NsccConfig& cfg, uint32_t mtu, double line_rate_gbps, bool fabric_trims = true);
 
   std::string_view name() const override { return "nscc"; }
   uint64_t window_bytes() const override { return static_cast<uint64_t>(cwnd_); }

@@ -256,7 +256,8 @@ ModifyError Engine::modify_qp(uint32_t qpn, QpState to, const QpAttr& a, Nanos /
     qp.win_mask = slots - 1;
     qp.rtx.assign(slots, 0);
     qp.rto_base = ack_timeout_ns(I.cfg.transport, a.timeout);
-    qp.cc = make_congestion_control(qp.attr.cc, qp.attr.pmtu, I.cfg.plane_rate_gbps * I.cfg.num_planes);
+    qp.cc =
+        make_congestion_control(qp.attr.cc, qp.attr.pmtu, I.cfg.plane_rate_gbps * I.cfg.num_planes, I.cfg.fabric_trims);
     qp.tmpl.assign(I.cfg.num_planes * 2, FrameTemplate{});
     for (uint32_t p = 0; p < I.cfg.num_planes; ++p) {
       Addressing addr;

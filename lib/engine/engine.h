@@ -142,6 +142,9 @@ struct EngineConfig {
   // The port computes the ICRC on transmit and checks it on receive, as
   // NICs with RoCE offload do; the engine then does neither.
   bool icrc_offload = false;
+  // The network trims payloads of frames it would drop. NSCC's default
+  // target delay is then 0.75 x base_rtt, else the whole base_rtt (UEC).
+  bool fabric_trims = true;
   // RoCEv2 DCQCN notification point: at most one CNP per QP per interval.
   Nanos cnp_interval = 50000;
 };

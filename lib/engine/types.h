@@ -125,7 +125,7 @@ struct NsccConfig {
   uint32_t max_cwnd = 0;  // bytes; 0: 1.5 x BDP, the NIC rate (all planes) x base_rtt
   uint8_t qa_gate = 3;
   uint32_t qa_threshold = 0;  // ns; 0: 4 x target_delay
-  uint32_t target_delay = 0;  // ns; 0: 0.75 x base_rtt
+  uint32_t target_delay = 0;  // ns; 0: 0.75 x base_rtt, or base_rtt (EngineConfig::fabric_trims)
 };
 
 // DCQCN parameters for the RoCEv2 baseline (rate based, ns and Gb/s).

@@ -46,6 +46,7 @@ expect "given twice" "${good[@]}" --fault "mrc0 drop=1 drop=0"
 # Any number read as true before.
 expect "--host: Value 7" "${good[@]}" --host 7
 expect "--nscc-disable-qa: Value 2" "${good[@]}" --nscc-disable-qa=2
+expect "--fabric-trims: Value 2" "${good[@]}" --fabric-trims=2
 expect "--capture" "${good[@]}" --capture /etc/hostname
 expect "--lcores" "${good[@]}" --lcores "mrc0=0"
 expect "--lcores" "${good[@]}" --lcores "mrc0=5"

@@ -85,6 +85,17 @@ TEST_CASE("nscc resolves zero fields to the spec defaults") {
   CHECK(at400.qa_threshold_ns() == 9000);
   c.max_cwnd = 50000;
   CHECK(Nscc(c, kMtu, 400).max_cwnd() == 50000);
+
+  // Where nothing trims, the target is the whole base RTT, and the quick
+  // adapt threshold follows it; an explicit target still wins.
+  Nscc untrimmed(NsccConfig{}, kMtu, kGbps, false);
+  CHECK(untrimmed.target_delay_ns() == 5000);
+  CHECK(untrimmed.qa_threshold_ns() == 20000);
+  CHECK(Nscc(c, kMtu, 400, false).target_delay_ns() == 2000);
+  // The engine passes the device's view of its fabric down.
+  CcProfile p;
+  p.algo = CcAlgo::nscc;
+  CHECK(static_cast<Nscc&>(*make_congestion_control(p, kMtu, kGbps, false)).target_delay_ns() == 5000);
 }
 
 TEST_CASE("nscc base_rtt only decreases") {
