@@ -60,7 +60,7 @@ class StatsTable {
       const uint32_t di = d->index();
       if (prev_.size() <= di) prev_.resize(di + 1);
       auto& pv = prev_[di];
-      const auto states = d->ev_states_per_plane();
+      const auto evs = d->evs_per_plane();
       // Per QP, so QPs that come and go (host programs) count only their own.
       uint64_t rtx = 0;
       std::map<uint32_t, uint64_t> rtx_now;
@@ -77,7 +77,7 @@ class StatsTable {
         const uint64_t tx = d->plane_counters(p)[size_t(dp::PlaneCtr::tx_bytes)];
         const double gbps = double(tx - pv.tx[p]) * 8 / dt / 1e9;
         pv.tx[p] = tx;
-        line += fmt::format(" {:>6.2f}{} {:>9}", gbps, d->link_reads_up(p) ? ' ' : '!', ev_state_counts(states[p]));
+        line += fmt::format(" {:>6.2f}{} {:>9}", gbps, d->link_reads_up(p) ? ' ' : '!', ev_state_counts(evs[p].states));
       }
       for (uint32_t p = d->num_planes(); p < max_planes(); ++p) line += fmt::format(" {:>17}", "");
       line += fmt::format(" {:>9}", rtx);
@@ -209,15 +209,15 @@ std::string json_summary(dp::Nic& nic, const nicapp::Options& o, const nicapp::W
     const auto q = d->qp_counter_totals();
     j += fmt::format("{}\"{}\":{{\"planes\":[", first_dev ? "" : ",", d->name());
     first_dev = false;
-    const auto ev_states = d->ev_states_per_plane();
+    const auto evs = d->evs_per_plane();
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const auto pc = d->plane_counters(p);
       j += fmt::format("{}{{\"port\":\"{}\",\"link\":\"{}\"", p ? "," : "", json_escape(d->spec().planes[p].port),
                        d->link_reads_up(p) ? "up" : "down");
       j += ",\"evs\":{";
-      for (size_t s = 0; s < ev_states[p].size(); ++s)
-        j += fmt::format("{}\"{}\":{}", s ? "," : "", engine::ev_state_name(engine::EvState(s)), ev_states[p][s]);
-      j += "}";
+      for (size_t s = 0; s < evs[p].states.size(); ++s)
+        j += fmt::format("{}\"{}\":{}", s ? "," : "", engine::ev_state_name(engine::EvState(s)), evs[p].states[s]);
+      j += fmt::format("}},\"ev_probes\":{}", evs[p].probes);
       for (size_t i = 0; i < pc.size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPlaneCtrNames[i], pc[i]);
       if (const auto ps = d->port_stats(p))
         for (size_t i = 0; i < ps->size(); ++i) j += fmt::format(",\"{}\":{}", dp::kPortStatNames[i], (*ps)[i]);

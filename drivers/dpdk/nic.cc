@@ -725,15 +725,18 @@ bool Device::link_reads_up(uint32_t plane) const {
   return rte_eth_link_get_nowait(spec_.planes[plane].port_id, &link) != 0 || link.link_status == RTE_ETH_LINK_UP;
 }
 
-Device::EvStateCounts Device::ev_states_per_plane() {
-  EvStateCounts states{};
+std::array<Device::PlaneEvs, engine::kMaxPlanes> Device::evs_per_plane() {
+  std::array<PlaneEvs, engine::kMaxPlanes> planes{};
   for (const auto& qi : qp_infos()) {
     std::vector<engine::EvInfo> evs;
     if (!ev_info(qi.qpn, evs)) continue;
-    for (const auto& e : evs)
-      if (e.plane < engine::kMaxPlanes) ++states[e.plane][size_t(e.state)];
+    for (const auto& e : evs) {
+      if (e.plane >= engine::kMaxPlanes) continue;
+      ++planes[e.plane].states[size_t(e.state)];
+      planes[e.plane].probes += e.ctr[engine::EvCtr::probes];
+    }
   }
-  return states;
+  return planes;
 }
 
 std::vector<engine::QpInfo> Device::qp_infos() {

@@ -175,9 +175,13 @@ class Device {
   // Every QP counter summed over the device's QPs, destroyed ones included.
   engine::Counters<engine::QpCtr> qp_counter_totals();
   bool ev_info(uint32_t qpn, std::vector<engine::EvInfo>& out);
-  // EVs of every QP by plane and state (engine::EvState order).
-  using EvStateCounts = std::array<std::array<uint64_t, 4>, engine::kMaxPlanes>;
-  EvStateCounts ev_states_per_plane();
+  // Every QP's EVs on each plane: how many are in each state (engine::EvState
+  // order), and the EV probes sent on them (which plane draws the probes).
+  struct PlaneEvs {
+    std::array<uint64_t, 4> states{};
+    uint64_t probes = 0;
+  };
+  std::array<PlaneEvs, engine::kMaxPlanes> evs_per_plane();
   // The shards' EV events, oldest first; `total` gets how many there were
   // in all (the shards keep only their newest).
   std::vector<EvEventRecord> ev_events(uint64_t* total = nullptr);

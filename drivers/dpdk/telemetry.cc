@@ -151,13 +151,13 @@ int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
   uint64_t omitted = 0;
   for (auto& d : g_nic->devices()) {
     if (only && d.get() != only) continue;
-    const auto states = d->ev_states_per_plane();
+    const auto evs = d->evs_per_plane();
     for (uint32_t p = 0; p < d->num_planes(); ++p) {
       const FaultSpec f = d->fault(p);
       std::vector<uint64_t> row = {d->spec().planes[p].port_id, d->link_reads_up(p), uint64_t(f.drop * 1e6),
                                    uint64_t(f.corrupt * 1e6), f.delay_ns};
       for (uint64_t v : d->plane_counters(p)) row.push_back(v);
-      for (auto s : kEvStates) row.push_back(states[p][size_t(s)]);
+      for (auto s : kEvStates) row.push_back(evs[p].states[size_t(s)]);
       // Zeros, flagged, where the port cannot say: every row has every column.
       const auto port = d->port_stats(p);
       for (uint64_t v : port.value_or(PortStats{})) row.push_back(v);
@@ -202,9 +202,10 @@ int cmd_plane(const char*, const char* params, rte_tel_data* out) {
   if (const auto ps = d->port_stats(plane))
     for (size_t i = 0; i < ps->size(); ++i)
       rte_tel_data_add_dict_u64(out, std::string(kPortStatNames[i]).c_str(), (*ps)[i]);
-  const auto states = d->ev_states_per_plane();
+  const auto evs = d->evs_per_plane()[plane];
   for (auto s : kEvStates)
-    rte_tel_data_add_dict_u64(out, fmt::format("evs_{}", engine::ev_state_name(s)).c_str(), states[plane][size_t(s)]);
+    rte_tel_data_add_dict_u64(out, fmt::format("evs_{}", engine::ev_state_name(s)).c_str(), evs.states[size_t(s)]);
+  rte_tel_data_add_dict_u64(out, "ev_probes", evs.probes);
   return 0;
 }
 

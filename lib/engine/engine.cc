@@ -430,11 +430,7 @@ void Engine::Impl::on_endpoint(uint32_t plane, const Packet& p, Nanos now) {
       const uint32_t newly_up = qp.peer_planes_down & ~down;
       qp.peer_planes_down = down & ((1u << cfg.num_planes) - 1);
       if (cfg.transport != Transport::mrc) continue;  // one path, no EV health: it waits for its timeout
-      for (uint16_t i = 0; i < qp.evs.size(); ++i) {
-        if ((newly_down >> qp.evs[i].plane) & 1) ev_mark(qp, i, EvState::assumed_bad, now, true);
-      }
-      for (uint32_t p = 0; p < cfg.num_planes; ++p)
-        if ((newly_down >> p) & 1) sweep_plane(qp, p);
+      if (newly_down) take_planes_out(qp, newly_down, now);
       if (newly_down) resend_in_flight_on(qp, newly_down, now);
       // Back at the peer: probed at once, as a plane back here is. An idle
       // QP had parked those probes while the plane was down, and its EVs
@@ -639,11 +635,7 @@ void Engine::set_plane_up(uint32_t plane, bool up, Nanos now) {
     Qp& qp = I.qps[qpn - I.first_qpn];
     if (qp.state != QpState::rts) continue;
     if (I.cfg.transport != Transport::mrc) continue;  // one path, no EV health: it waits for its timeout
-    for (uint16_t i = 0; i < qp.evs.size(); ++i) {
-      if (qp.evs[i].plane != plane) continue;
-      if (!up) I.ev_mark(qp, i, EvState::assumed_bad, now, true);
-    }
-    if (!up) I.sweep_plane(qp, plane);
+    if (!up) I.take_planes_out(qp, 1u << plane, now);
     if (!up) I.resend_in_flight_on(qp, 1u << plane, now);
     if (up) I.probe_planes_now(qp, 1u << plane, now);
   }
@@ -899,7 +891,7 @@ bool Engine::bad_evs_probed() const {
         scouting |= 1u << qp.evs[i].plane;
     for (size_t i = 0; i < qp.evs.size(); ++i) {
       if (qp.evs[i].state != EvState::assumed_bad || qp.ev_cold[i].probe_at != kNever) continue;
-      const bool waits_for_scout = qp.ev_cold[i].out_by == EvCold::OutBy::sweep && ((scouting >> qp.evs[i].plane) & 1);
+      const bool waits_for_scout = (scouting >> qp.evs[i].plane) & 1;
       if (!waits_for_scout) return false;
     }
   }

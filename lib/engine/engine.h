@@ -307,8 +307,8 @@ class Engine {
   // step pick_ev() computes its members from; for tests, after any call.
   bool spray_sets_consistent() const;
   // Every ASSUMED_BAD EV of a QP in RTS will be probed: it has a probe due,
-  // or waits on its swept plane's scout, which has one (or the QP's probes
-  // are parked until it has work).
+  // or its plane is out whole and waits on the plane's scout, which has one
+  // (or the QP's probes are parked until it has work).
   bool bad_evs_probed() const;
 
  private:

@@ -24,6 +24,8 @@ inline constexpr uint16_t kLossProbeIdBase = kMaxEvsPerQp;
 inline constexpr uint16_t loss_probe_id(uint16_t seq) { return kLossProbeIdBase | (seq & 0x7FFF); }
 // Qp::plane_scout of a plane whose scout is still to be chosen.
 inline constexpr uint16_t kNoScout = 0xFFFF;
+// An EV probe's send stamp (PETH), which its reply echoes (ev_probe_reply).
+inline constexpr uint16_t probe_stamp(Nanos t) { return static_cast<uint16_t>(t / wire::kTsethUnitNs); }
 // Round trips without a needless resend after which the reorder window
 // falls back to its base (EngineConfig::reorder_window_growth).
 inline constexpr Nanos kReoQuietRtts = 16;
@@ -174,9 +176,6 @@ struct alignas(64) Qp {
   Nanos rack_timer_at = kNever;
   uint32_t rack_end = 0;
   Nanos min_rtt = kNever;
-  // The least round trip of an EV probe answered (probe_confirmations > 1):
-  // small frames, so it is below min_rtt, which 4 KB data frames set.
-  Nanos min_probe_rtt = kNever;
   // The reorder window in force, in kReoStepsPerBase-ths of its base
   // (EngineConfig::reorder_window_growth).
   uint16_t reo_steps = kReoStepsPerBase;
@@ -524,10 +523,11 @@ struct Engine::Impl {
   bool return_swept(Qp& qp, uint32_t plane, Nanos now, bool skip);
   void sweep_released(Qp& qp, uint32_t plane);
   bool pass_scout(Qp& qp, uint16_t from, Nanos due);
-  void sweep_plane(Qp& qp, uint32_t plane);
+  void swept_ev_leaves(Qp& qp, uint16_t idx, Nanos due, Nanos now);
+  void take_planes_out(Qp& qp, uint32_t planes, Nanos now);
   void ev_mark(Qp& qp, uint16_t ev, EvState to, Nanos now, bool force);
   void ev_skip(Qp& qp, uint16_t ev);
-  void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, Nanos now);
+  void ev_probe_reply(Qp& qp, uint16_t ev, bool clean, uint16_t echoed_ts, Nanos now);
   void send_probes(Qp& qp, Nanos now);
   bool plane_usable(const Qp& qp, uint32_t plane) const;
   uint32_t usable_planes(const Qp& qp) const;

@@ -497,7 +497,7 @@ void Engine::Impl::on_sack(Qp& qp, const Packet& p, Nanos now) {
   const SkipMark mark = static_cast<SkipMark>(s.skip_mark());
   if (s.probe_reply()) {
     const uint16_t ev = s.ack_psn_offset();  // carries the probe id
-    if (ev < qp.evs.size()) ev_probe_reply(qp, ev, mark == SkipMark::none, now);
+    if (ev < qp.evs.size()) ev_probe_reply(qp, ev, mark == SkipMark::none, p.cc_state().tx_timestamp(), now);
   }
   // cack may trail snd_una (an old SACK) but must not name unsent PSNs.
   if (psn_ge(cack, qp.snd_nxt) && qp.snd_una != qp.snd_nxt) return qp.ctr.inc(QpCtr::rx_drop_stale_ack);

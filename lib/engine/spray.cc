@@ -308,17 +308,15 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
     if (from == EvState::assumed_bad && to == from) {  // a new cause: its row of answers starts again
       EvCold& c = qp.ev_cold[idx];
       const bool was_swept = c.out_by == EvCold::OutBy::sweep;
-      // The next swept EV scouts for the plane in its place (on its
-      // schedule); a swept EV the scout was probing for is probed on its
-      // own again.
-      if (was_swept && qp.plane_scout[ev.plane] == idx) {
-        pass_scout(qp, idx, c.probe_at);
-      } else if (was_swept && c.probe_at == kNever && !qp.probes_parked) {
+      // A swept EV the scout was probing for is probed on its own again
+      // (once its plane has no scout left: send_probes).
+      if (was_swept && c.probe_at == kNever && !qp.probes_parked) {
         c.probe_backoff = cfg.probe_interval;
         c.probe_at = now + c.probe_backoff;
         qp.next_probe_at = std::min(qp.next_probe_at, c.probe_at);
         activate(qp);
       }
+      if (was_swept) swept_ev_leaves(qp, idx, c.probe_at, now);
       c.out_by = EvCold::OutBy::other;
       c.probe_answers = 0;
       c.confirming = c.probe_outstanding = false;
@@ -351,7 +349,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   }
   ev.state = to;
   EvCold& cold = qp.ev_cold[idx];
-  if (cold.out_by == EvCold::OutBy::sweep && qp.plane_scout[ev.plane] == idx) pass_scout(qp, idx, cold.probe_at);
+  if (cold.out_by == EvCold::OutBy::sweep) swept_ev_leaves(qp, idx, cold.probe_at, now);
   cold.ctr.inc(EvCtr::state_changes);
   cold.silent_probes = 0;
   cold.probe_answers = 0;
@@ -388,7 +386,7 @@ void Engine::Impl::ev_mark(Qp& qp, uint16_t idx, EvState to, Nanos now, bool for
   }
 }
 
-void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
+void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, uint16_t echoed_ts, Nanos now) {
   Ev& ev = qp.evs[idx];
   qp.ev_cold[idx].ctr.inc(EvCtr::probe_replies);
   qp.ctr.inc(QpCtr::rx_probe_replies);
@@ -404,18 +402,15 @@ void Engine::Impl::ev_probe_reply(Qp& qp, uint16_t idx, bool clean, Nanos now) {
   }
   EvCold& cold = qp.ev_cold[idx];
   if (cfg.probe_confirmations > 1) {
-    // One answer per probe, and none sooner than a probe's round trip could
-    // bring it: a reply the fabric duplicated, or a second answer to the same
-    // probe, is not another probe answered. Replies carry only the EV, so a
-    // late answer to an earlier probe that comes a round trip after the
-    // last one left still counts. The floor is half the least probe round
-    // trip: half the data's (4 KB frames) turned away most real answers on
-    // a short fabric, and EVs never came back.
-    const Nanos least_rtt = qp.min_probe_rtt == kNever ? 0 : qp.min_probe_rtt / 2;
-    if (!cold.probe_outstanding || now - cold.probe_sent_at < least_rtt)
+    // One answer per probe, to the last one sent: a reply the fabric
+    // duplicated, a second answer to the same probe, or a late answer to an
+    // earlier probe is not another probe answered. The reply echoes the
+    // probe's send stamp. A floor of half the least probe round trip instead,
+    // learnt only from the answers it let through, once set by an answer that
+    // waited behind a queue turned away every quicker one after it, for good.
+    if (!cold.probe_outstanding || echoed_ts != probe_stamp(cold.probe_sent_at))
       return qp.ctr.inc(QpCtr::rx_probe_replies_unmatched);
     cold.probe_outstanding = false;
-    qp.min_probe_rtt = std::min(qp.min_probe_rtt, now - cold.probe_sent_at);
     if (++cold.probe_answers < cfg.probe_confirmations) {
       qp.ctr.inc(QpCtr::ev_probe_confirming);
       // An answered path carries on the plane's row of answers.
@@ -464,14 +459,37 @@ bool Engine::Impl::pass_scout(Qp& qp, uint16_t from, Nanos due) {
   return false;
 }
 
-// The port of this plane went down (here, or the peer says so): its EVs,
-// all just marked out, are probed for through one scout, as a swept
-// plane's are, instead of each on its own (a probe per EV per back-off,
-// for as long as the plane stays down).
-void Engine::Impl::sweep_plane(Qp& qp, uint32_t plane) {
+// A swept EV leaves its plane's sweep (back in service, or another cause).
+// If it was the scout, the next swept EV scouts on its schedule; once none
+// is left, the plane's other ASSUMED_BAD EVs, held back behind the scout
+// (send_probes), are probed again.
+void Engine::Impl::swept_ev_leaves(Qp& qp, uint16_t idx, Nanos due, Nanos now) {
+  const uint32_t plane = qp.evs[idx].plane;
+  if (qp.plane_scout[plane] == idx && pass_scout(qp, idx, due)) return;
   for (uint16_t i = 0; i < qp.evs.size(); ++i)
-    if (qp.evs[i].plane == plane && qp.evs[i].state == EvState::assumed_bad)
-      qp.ev_cold[i].out_by = EvCold::OutBy::sweep;
+    if (i != idx && qp.evs[i].plane == plane && qp.evs[i].state == EvState::assumed_bad &&
+        qp.ev_cold[i].out_by == EvCold::OutBy::sweep)
+      return;
+  qp.next_probe_at = std::min(qp.next_probe_at, now);
+  activate(qp);
+}
+
+// The ports of these planes went down (here, or the peer says so): their
+// EVs go out, and those in service (or swept) are probed for through one
+// scout per plane, as a swept plane's are, instead of each on its own (a
+// probe per EV per back-off for as long as the plane stays down). EVs out
+// for causes of their own keep them, as a sweep leaves them (ev_lost): one
+// answer for the plane does not vouch for their paths. The port's state
+// replaces any sweep's wait for proof by data.
+void Engine::Impl::take_planes_out(Qp& qp, uint32_t planes, Nanos now) {
+  for (uint16_t i = 0; i < qp.evs.size(); ++i) {
+    if (!((planes >> qp.evs[i].plane) & 1)) continue;
+    const EvState was = qp.evs[i].state;
+    const bool whole = was == EvState::good || was == EvState::skip || qp.ev_cold[i].out_by == EvCold::OutBy::sweep;
+    ev_mark(qp, i, EvState::assumed_bad, now, true);
+    if (whole && qp.evs[i].state == EvState::assumed_bad) qp.ev_cold[i].out_by = EvCold::OutBy::sweep;
+  }
+  qp.swept_planes &= ~planes;
 }
 
 // Probes every ASSUMED_BAD EV that is due, doubling its interval each time
@@ -482,10 +500,24 @@ void Engine::Impl::sweep_plane(Qp& qp, uint32_t plane) {
 // 1 % loss 66 -> 74 Tb/s).
 void Engine::Impl::send_probes(Qp& qp, Nanos now) {
   Nanos next = kNever;
+  // Planes out whole. Their scout probes for them alone: the plane's EVs out
+  // for causes of their own wait until it answers (swept_ev_leaves), so a
+  // dead plane costs one probe per back-off, not one per such EV as well.
+  uint32_t swept = 0;
+  for (uint16_t i = 0; i < qp.evs.size(); ++i)
+    if (qp.evs[i].state == EvState::assumed_bad && qp.ev_cold[i].out_by == EvCold::OutBy::sweep)
+      swept |= 1u << qp.evs[i].plane;
   for (uint16_t i = 0; i < qp.evs.size(); ++i) {
     const Ev& ev = qp.evs[i];
     if (ev.state != EvState::assumed_bad) continue;
     EvCold& cold = qp.ev_cold[i];
+    if (cold.out_by != EvCold::OutBy::sweep) {
+      if ((swept >> ev.plane) & 1) {
+        cold.probe_at = kNever;
+        continue;
+      }
+      if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // its plane's scout answered
+    }
     // A swept plane is probed through one of its swept EVs at a time, its
     // scout, whose answer brings them all back (ev_probe_reply): a probe
     // for each of a plane's EVs at once, answered, swept again, filled a
@@ -517,6 +549,7 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
       const bool sent =
           send_ctrl(qp, ev.plane, uint8_t(Opcode::mrc_probe), ev.value, qp.snd_nxt, [&](const MutablePacket& m) {
             m.peth().set_type(kPethType);
+            m.peth().set_tx_timestamp(probe_stamp(now));
             m.peth().set_probe_id(i);
             m.peth().set_spdcid(qp.qpn & 0xFFFF);
             m.peth().set_dpdcid(qp.attr.dest_qpn & 0xFFFF);

@@ -734,6 +734,49 @@ TEST_CASE("a swept plane whose scout's own path stays broken comes back through 
   CHECK(plane_good().second == evs - 1);
 }
 
+TEST_CASE("a port that goes down and up does not bring back an EV its own losses took out") {
+  Pair p(basic());
+  // One path of plane 1 is broken: every frame on the first EV data used.
+  int blocked = -1;
+  p.net.uplink(0, 1).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+    REQUIRE(f.size() > 42);
+    const int port = f[34] << 8 | f[35];
+    if (blocked < 0 && f[42] != 0xDE) blocked = port;  // Ethernet, IPv4, UDP, then the BTH opcode
+    if (port == blocked) return;
+    p.net.downlink(1, 1).send(std::move(f), 0, wire);
+  });
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+  p.net.run_until(p.net.now() + 3'000'000);
+  REQUIRE(p.net.completions(0).size() == 16);
+  REQUIRE(blocked >= 0);
+  const auto plane_states = [&] {
+    std::map<EvState, size_t> n;
+    EvState broken = EvState::denied;
+    for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
+      if (e.plane != 1) continue;
+      if (int(e.value) == blocked)
+        broken = e.state;
+      else
+        ++n[e.state];
+    }
+    return std::pair{broken, n};
+  };
+  REQUIRE(plane_states().first == EvState::assumed_bad);  // out for its own losses
+  // The port flaps: the plane's EVs go out whole and one scout's answer
+  // brings them back, but not the broken path, which waits for its own.
+  const uint64_t back_before = p.info(0).ctr[QpCtr::plane_sweep_probed_back];
+  p.net.engine(0).set_plane_up(1, false, p.net.now());
+  p.net.run_until(p.net.now() + 10'000);
+  p.net.engine(0).set_plane_up(1, true, p.net.now());
+  p.net.poll(0);
+  p.net.run_until(p.net.now() + 300'000);
+  CHECK(p.info(0).ctr[QpCtr::plane_sweep_probed_back] == back_before + 1);
+  const auto [broken, others] = plane_states();
+  CHECK(broken == EvState::assumed_bad);
+  CHECK(others.size() == 1);
+  CHECK(others.count(EvState::good) == 1);
+}
+
 TEST_CASE("a plane the peer reports back up is probed at once, though an idle QP had parked its probes") {
   Pair p(basic());
   for (uint64_t i = 0; i < 4; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
@@ -790,6 +833,50 @@ TEST_CASE("a plane that comes back up is probed at once, then at the probe inter
   CHECK(p.info(0).ctr[QpCtr::tx_probes] == 5);
   CHECK(evs_probed == 5);
   CHECK(p.net.loop().stats().run - events_before < 1000);
+}
+
+// The floor on a probe's round trip (half the least one seen) is learnt
+// only from answers it lets through. A first answer that waited behind a
+// queue set it high, and every later answer on the quiet fabric came
+// sooner than the floor: turned away as unmatched, for good, and the plane
+// never came back.
+TEST_CASE("a probe answered slowly once does not turn away every quicker answer after it") {
+  auto cfg = basic();
+  cfg.engine_template.probe_confirmations = 2;
+  Pair p(cfg);
+  REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(0, 1000)) == 0);
+  p.net.run_until(p.net.now() + 100'000);
+  REQUIRE(p.net.completions(0).size() == 1);
+  // The first probe on plane 2 is held 40 us (behind data, say): less than
+  // the probe interval, so its answer is the first one counted.
+  bool held = false;
+  p.net.uplink(0, 2).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+    if (!held && f[42] == 0xDE) {  // Ethernet, IPv4, UDP, then the BTH opcode: a probe
+      held = true;
+      p.net.at(p.net.now() + 40'000,
+               [&p, f = std::move(f), wire]() mutable { p.net.downlink(1, 2).send(std::move(f), 0, wire); });
+      return;
+    }
+    p.net.downlink(1, 2).send(std::move(f), 0, wire);
+  });
+  p.net.engine(0).set_plane_up(2, false, p.net.now());
+  p.net.run_until(p.net.now() + 10'000);
+  p.net.engine(0).set_plane_up(2, true, p.net.now());
+  p.net.poll(0);
+  for (uint64_t i = 0; i < 8; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1 + i, 60000, i * 60000)) == 0);
+  p.net.run_until(p.net.now() + 20'000'000);
+  REQUIRE(held);
+  size_t on_plane = 0, good = 0;
+  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
+    if (e.plane != 2) continue;
+    ++on_plane;
+    good += e.state == EvState::good;
+  }
+  const QpInfo qi = p.info(0);
+  INFO(good << " of " << on_plane << " back; " << qi.ctr[QpCtr::rx_probe_replies_unmatched] << " of "
+            << qi.ctr[QpCtr::rx_probe_replies] << " answers unmatched");
+  CHECK(good == on_plane);
+  CHECK(qi.ctr[QpCtr::rx_probe_replies_unmatched] == 0);
 }
 
 TEST_CASE("an EV goes back into service only after probe_confirmations answered probes in a row") {
