@@ -777,6 +777,47 @@ TEST_CASE("a port that goes down and up does not bring back an EV its own losses
   CHECK(others.count(EvState::good) == 1);
 }
 
+TEST_CASE("a dead plane draws only its scout's probes, not those of EVs out for their own losses") {
+  Pair p(basic());
+  // One path of plane 1 is broken first: the EV data used first goes out
+  // for its own losses. Then the whole plane dies, silently.
+  int blocked = -1;
+  bool dead = false;
+  p.net.uplink(0, 1).set_sink([&](std::vector<uint8_t> f, uint64_t, uint32_t wire) {
+    REQUIRE(f.size() > 42);
+    const int port = f[34] << 8 | f[35];
+    if (blocked < 0 && f[42] != 0xDE) blocked = port;  // Ethernet, IPv4, UDP, then the BTH opcode
+    if (dead || port == blocked) return;
+    p.net.downlink(1, 1).send(std::move(f), 0, wire);
+  });
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+  p.net.run_until(p.net.now() + 3'000'000);
+  REQUIRE(p.net.completions(0).size() == 16);
+  dead = true;
+  for (uint64_t i = 0; i < 16; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(16 + i, 60000, i * 60000)) == 0);
+  p.net.run_until(p.net.now() + 3'000'000);
+  REQUIRE(p.net.completions(0).size() == 32);
+  REQUIRE(p.info(0).ctr[QpCtr::plane_silent] >= 1);
+  const auto plane_probes = [&] {
+    uint64_t n = 0, out_alone = 0;
+    for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
+      if (e.plane != 1) continue;
+      n += e.ctr[EvCtr::probes];
+      out_alone += int(e.value) == blocked && e.state == EvState::assumed_bad;
+    }
+    return std::pair{n, out_alone};
+  };
+  const auto [before, out_alone] = plane_probes();
+  REQUIRE(out_alone == 1);
+  // 20 ms with the back-off at its 2 ms ceiling: about 10 probes from the
+  // scout. The broken path's EV probing too doubled that.
+  p.net.run_until(p.net.now() + 20'000'000);
+  const uint64_t probes = plane_probes().first - before;
+  INFO(probes << " probes on the dead plane in 20 ms");
+  CHECK(probes >= 9);
+  CHECK(probes <= 12);
+}
+
 TEST_CASE("a plane the peer reports back up is probed at once, though an idle QP had parked its probes") {
   Pair p(basic());
   for (uint64_t i = 0; i < 4; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
