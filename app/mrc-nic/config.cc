@@ -94,29 +94,7 @@ void add_options(CLI::App& app, Options& o) {
       ->check(CLI::Range(1u, 1024u))
       ->capture_default_str();
   app.add_option("--reorder-window-ns", o.reorder_window_ns)->capture_default_str();
-  app.add_option("--tail-probe-ns", o.tail_probe_ns,
-                 "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
-      ->capture_default_str();
-  app.add_option("--reorder-window-growth", o.reorder_window_growth,
-                 "the reorder window may grow, a quarter of its base at a time, to this many times its base "
-                 "after needless resends (1: fixed)")
-      ->check(CLI::Range(1.0, 64.0))
-      ->capture_default_str();
-  app.add_option("--plane-silent-losses", o.plane_silent_losses,
-                 "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
-      ->check(CLI::Range(0u, 65535u))
-      ->capture_default_str();
-  app.add_option("--probe-interval-ns", o.probe_interval_ns,
-                 "an ASSUMED_BAD EV (or a plane out whole) is probed after this long, doubling per unanswered probe")
-      ->check(CLI::Range(uint64_t(1000), uint64_t(1000000000)))
-      ->capture_default_str();
-  app.add_option("--probe-interval-max-ns", o.probe_interval_max_ns, "the longest probe interval")
-      ->check(CLI::Range(uint64_t(1000), uint64_t(10000000000)))
-      ->capture_default_str();
-  app.add_option("--probe-confirmations", o.probe_confirmations,
-                 "probes in a row an ASSUMED_BAD EV must have answered to go back into service")
-      ->check(CLI::Range(1u, 64u))
-      ->capture_default_str();
+  o.recovery.add_to(app);
   app.add_option("--fault", o.faults, "egress fault injection: \"DEV[:PLANE]|* [drop=P] [corrupt=P] [delay-us=N]\"");
   app.add_option("--link-event", o.link_events,
                  "\"DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]\": a silent link failure");
@@ -283,7 +261,6 @@ std::string build(const Options& o, Built& out) {
   for (const auto& [name, v] : {std::pair{"--wl-seconds", o.wl.seconds},
                                 {"--plane-rate-gbps", o.plane_rate_gbps},
                                 {"--lcore-rate-gbps", o.lcore_rate_gbps},
-                                {"--reorder-window-growth", o.reorder_window_growth},
                                 {"--stats-interval", o.stats_interval},
                                 {"--duration", o.duration},
                                 {"--linger", o.linger},
@@ -299,14 +276,8 @@ std::string build(const Options& o, Built& out) {
   ec.ack_delay = o.ack_delay_ns;
   ec.ack_req_every = o.ack_req_every;
   ec.reorder_window = o.reorder_window_ns;
-  ec.reorder_window_growth = o.reorder_window_growth;
-  ec.tail_probe_delay = o.tail_probe_ns < 0 ? engine::kNever : engine::Nanos(o.tail_probe_ns);
-  ec.plane_silent_losses = o.plane_silent_losses;
-  ec.probe_confirmations = o.probe_confirmations;
-  ec.probe_interval = engine::Nanos(o.probe_interval_ns);
-  ec.probe_interval_max = engine::Nanos(o.probe_interval_max_ns);
-  if (o.probe_interval_max_ns < o.probe_interval_ns)
-    return "--probe-interval-max-ns: must be at least --probe-interval-ns";
+  o.recovery.apply(ec);
+  if (auto e = o.recovery.check(); !e.empty()) return e;
   ec.seed = o.seed;
   ec.fabric_trims = o.fabric_trims;
   if (o.plane_rate_gbps <= 0) return "--plane-rate-gbps: must be positive";

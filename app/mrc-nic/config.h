@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dpdk/nic.h"
+#include "recovery_options.h"
 
 namespace mrc::nicapp {
 
@@ -65,12 +66,7 @@ struct Options {
   uint32_t ack_delay_ns = 8000;
   uint32_t ack_req_every = 8;
   uint32_t reorder_window_ns = 100000;   // software ports jitter by tens of microseconds
-  double reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
-  int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
-  uint32_t plane_silent_losses = 8;
-  uint32_t probe_confirmations = engine::EngineConfig{}.probe_confirmations;
-  uint64_t probe_interval_ns = uint64_t(engine::EngineConfig{}.probe_interval);
-  uint64_t probe_interval_max_ns = uint64_t(engine::EngineConfig{}.probe_interval_max);
+  app::RecoveryOptions recovery;
   std::vector<std::string> faults;       // "DEV[:PLANE]|* drop=P corrupt=P delay-us=N"
   std::vector<std::string> link_events;  // "DEV:PLANE down|up|flap at-ms=T [period-ms=P] [until-ms=U]"
   bool port_status = false;

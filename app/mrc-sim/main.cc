@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "cli_checks.h"
+#include "recovery_options.h"
 #include "engine/engine.h"
 #include "pcap/pcap_file.h"
 #include "sim/fabric.h"
@@ -73,12 +74,7 @@ struct Options {
   int timeout = -1;  // -1: ~131 us for either transport
   int retry_exp = -1;
   uint32_t mpr = 8;
-  uint32_t plane_silent_losses = engine::EngineConfig{}.plane_silent_losses;
-  uint32_t probe_confirmations = engine::EngineConfig{}.probe_confirmations;
-  uint64_t probe_interval_ns = uint64_t(engine::EngineConfig{}.probe_interval);
-  uint64_t probe_interval_max_ns = uint64_t(engine::EngineConfig{}.probe_interval_max);
-  double reorder_window_growth = engine::EngineConfig{}.reorder_window_growth;
-  int64_t tail_probe_ns = int64_t(engine::EngineConfig{}.tail_probe_delay);  // < 0: none
+  app::RecoveryOptions recovery;
   // Failures.
   int fail_plane = -1;
   std::string fail_link;    // host:PLANE:HOST or fabric:PLANE:INDEX
@@ -698,12 +694,7 @@ int Sim::run() {
   fc.threads = o_.threads;
   fc.engine_template.transport = transport();
   fc.engine_template.plane_rate_gbps = o_.host_rate_gbps;
-  fc.engine_template.plane_silent_losses = o_.plane_silent_losses;
-  fc.engine_template.probe_confirmations = o_.probe_confirmations;
-  fc.engine_template.probe_interval = Nanos(o_.probe_interval_ns);
-  fc.engine_template.probe_interval_max = Nanos(o_.probe_interval_max_ns);
-  fc.engine_template.reorder_window_growth = o_.reorder_window_growth;
-  fc.engine_template.tail_probe_delay = o_.tail_probe_ns < 0 ? kNever : Nanos(o_.tail_probe_ns);
+  o_.recovery.apply(fc.engine_template);
   fc.engine_template.fabric_trims = o_.trim_bytes > 0;
   fc.engine_template.icrc_offload =
       o_.icrc == "off" || (o_.icrc == "auto" && o_.corrupt <= 0 && o_.pcap.empty());
@@ -1029,8 +1020,7 @@ std::string check_options(const Options& o) {
   if (o.ev_active_per_plane > o.evs / o.planes)
     return fmt::format("--ev-active-per-plane: {} is more than the {} EVs a plane has ({} EVs over {} planes)",
                        o.ev_active_per_plane, o.evs / o.planes, o.evs, o.planes);
-  if (o.probe_interval_max_ns < o.probe_interval_ns)
-    return "--probe-interval-max-ns: must be at least --probe-interval-ns";
+  if (auto e = o.recovery.check(); !e.empty()) return e;
   // A queue must hold one full frame, or every one is dropped.
   const uint32_t frame = o.mtu + kMaxFrameOverhead;
   if (o.host_queue_bytes < frame)
@@ -1250,29 +1240,7 @@ int main(int argc, char** argv) {
   app.add_option("--mpr", o.mpr, "requester and responder window, units of 128 PSNs")
       ->check(CLI::Range(1u, wire::kMaxMpr))
       ->capture_default_str();
-  app.add_option("--tail-probe-ns", o.tail_probe_ns,
-                 "a loss probe follows the end of each flight after this long (negative: none, probe timeout only)")
-      ->capture_default_str();
-  app.add_option("--reorder-window-growth", o.reorder_window_growth,
-                 "the reorder window may grow, a quarter of its base at a time, to this many times its base "
-                 "after needless resends (1: fixed)")
-      ->check(finite_range(1, 64))
-      ->capture_default_str();
-  app.add_option("--plane-silent-losses", o.plane_silent_losses,
-                 "losses in a row on one plane that take all its EVs out (0: EVs fail one by one)")
-      ->check(CLI::Range(0u, 65535u))
-      ->capture_default_str();
-  app.add_option("--probe-interval-ns", o.probe_interval_ns,
-                 "an ASSUMED_BAD EV (or a plane out whole) is probed after this long, doubling per unanswered probe")
-      ->check(CLI::Range(uint64_t(1000), uint64_t(1000000000)))
-      ->capture_default_str();
-  app.add_option("--probe-interval-max-ns", o.probe_interval_max_ns, "the longest probe interval")
-      ->check(CLI::Range(uint64_t(1000), uint64_t(10000000000)))
-      ->capture_default_str();
-  app.add_option("--probe-confirmations", o.probe_confirmations,
-                 "probes in a row an ASSUMED_BAD EV must have answered to go back into service")
-      ->check(CLI::Range(1u, 64u))
-      ->capture_default_str();
+  o.recovery.add_to(app);
   app.add_option("--fail-plane", o.fail_plane, "fail this plane (needs --fail-at-us)")
       ->check(CLI::Range(0, int(kMaxPlanes) - 1));
   app.add_option("--fail-link", o.fail_link,
