@@ -63,6 +63,16 @@ struct Pair {
     net.engine(h).qp_info(h == 0 ? qp.qpn_a : qp.qpn_b, qi);
     return qi;
   }
+  // Host 0's EVs on `plane`: how many, and how many GOOD.
+  std::pair<size_t, size_t> good_on_plane(uint32_t plane) {
+    size_t evs = 0, good = 0;
+    for (const auto& e : net.engine(0).ev_info(qp.qpn_a)) {
+      if (e.plane != plane) continue;
+      ++evs;
+      good += e.state == EvState::good;
+    }
+    return {evs, good};
+  }
 };
 
 // A frame from host `from` to host `to` in `buf`, headers stamped for plane
@@ -707,15 +717,7 @@ TEST_CASE("a swept plane whose scout's own path stays broken comes back through 
     if (port == blocked) return;
     p.net.downlink(1, 1).send(std::move(f), 0, wire);
   });
-  const auto plane_good = [&] {
-    size_t evs = 0, good = 0;
-    for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
-      if (e.plane != 1) continue;
-      ++evs;
-      good += e.state == EvState::good;
-    }
-    return std::pair{evs, good};
-  };
+  const auto plane_good = [&] { return p.good_on_plane(1); };
   // The scout's next probe goes out on another EV's path, at most the
   // longest probe interval (2 ms) on, and its answer brings the whole plane
   // back. A scout whose probes went unanswered used to give up and probe
@@ -907,12 +909,7 @@ TEST_CASE("a probe answered slowly once does not turn away every quicker answer 
   for (uint64_t i = 0; i < 8; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(1 + i, 60000, i * 60000)) == 0);
   p.net.run_until(p.net.now() + 20'000'000);
   REQUIRE(held);
-  size_t on_plane = 0, good = 0;
-  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
-    if (e.plane != 2) continue;
-    ++on_plane;
-    good += e.state == EvState::good;
-  }
+  const auto [on_plane, good] = p.good_on_plane(2);
   const QpInfo qi = p.info(0);
   INFO(good << " of " << on_plane << " back; " << qi.ctr[QpCtr::rx_probe_replies_unmatched] << " of "
             << qi.ctr[QpCtr::rx_probe_replies] << " answers unmatched");
@@ -973,15 +970,7 @@ TEST_CASE("an EV goes back into service only after probe_confirmations answered 
     // A few round trips per answer needed: on a lossy path, well inside the
     // 50 us before an unanswered probe is sent again.
     p.net.run_until(p.net.now() + (path == Path::clean ? need * 10'000 : 30'000));
-    auto good_on_plane = [&] {
-      size_t on_plane = 0, good = 0;
-      for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
-        if (e.plane != 2) continue;
-        ++on_plane;
-        good += e.state == EvState::good;
-      }
-      return std::pair{on_plane, good};
-    };
+    auto good_on_plane = [&] { return p.good_on_plane(2); };
     const auto [on_plane, good_soon] = good_on_plane();
     REQUIRE(on_plane > 0);
     const bool back = path == Path::clean || need == 1;
@@ -2665,12 +2654,7 @@ TEST_CASE("probe confirmations take answers that come sooner than half the data'
   p.net.engine(0).set_plane_up(2, true, p.net.now());
   p.net.poll(0);
   p.net.run_until(p.net.now() + 1'000'000);
-  size_t on_plane = 0, good = 0;
-  for (const auto& e : p.net.engine(0).ev_info(p.qp.qpn_a)) {
-    if (e.plane != 2) continue;
-    ++on_plane;
-    good += e.state == EvState::good;
-  }
+  const auto [on_plane, good] = p.good_on_plane(2);
   const QpInfo qi = p.info(0);
   INFO(qi.ctr[QpCtr::rx_probe_replies_unmatched] << " replies turned away");
   REQUIRE(on_plane > 0);
