@@ -513,7 +513,11 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
     EvCold& cold = qp.ev_cold[i];
     if (cold.out_by != EvCold::OutBy::sweep) {
       if ((swept >> ev.plane) & 1) {
-        cold.probe_at = kNever;
+        // Held back, due at once when its plane's scout answers. Not kNever,
+        // which is a parked probe: a QP whose probes had parked then kept
+        // it out for good, though its plane came back (probe_planes_now)
+        // and the scout's answer brought the rest back.
+        if (cold.probe_at != kNever) cold.probe_at = now;
         continue;
       }
       if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // its plane's scout answered

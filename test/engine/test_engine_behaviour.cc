@@ -854,6 +854,46 @@ TEST_CASE("a plane the peer reports back up is probed at once, though an idle QP
   CHECK(good == evs);
 }
 
+// An EV out for a cause of its own waits, held back, while its plane's
+// scout probes; the scout's answer sets it probing again. An idle QP whose
+// probes had parked (the responder, which posts nothing) kept it held back
+// for good, though the plane came back and was probed at once.
+TEST_CASE("an EV held back behind a dead plane's scout is probed when the plane comes back, though its QP had parked") {
+  Pair p(basic());
+  for (uint64_t i = 0; i < 4; ++i) REQUIRE(p.net.post_send(0, p.qp.qpn_a, p.write(i, 60000, i * 60000)) == 0);
+  p.net.run_until(p.net.now() + 2'000'000);
+  REQUIRE(p.net.completions(0).size() == 4);
+  // The requester's plane 1 fails and it says so: the responder takes the
+  // plane out whole. Then its controller takes one of the plane's EVs out
+  // for a cause of its own (5: plane 1 of 4).
+  p.net.set_plane_up(1, false);
+  p.net.engine(0).set_plane_up(1, false, p.net.now());
+  p.net.engine(0).send_port_status(p.net.now());
+  p.net.poll(0);
+  p.net.run_until(p.net.now() + 100'000);
+  REQUIRE(p.net.engine(1).ev_info(p.qp.qpn_b)[5].plane == 1);
+  REQUIRE(p.net.engine(1).set_ev_state(p.qp.qpn_b, 5, EvState::assumed_bad, p.net.now()));
+  p.net.run_until(p.net.now() + 200'000'000);  // long enough to give up and park
+  REQUIRE(p.info(1).ctr[QpCtr::probes_parked] > 0);
+  p.net.set_plane_up(1, true);
+  p.net.engine(0).set_plane_up(1, true, p.net.now());
+  p.net.engine(0).send_port_status(p.net.now());
+  p.net.poll(0);
+  p.net.run_until(p.net.now() + 1'000'000);
+  size_t good = 0, evs = 0;
+  for (const auto& e : p.net.engine(1).ev_info(p.qp.qpn_b)) {
+    if (e.plane != 1) continue;
+    ++evs;
+    good += e.state == EvState::good;
+  }
+  INFO(good << " of " << evs << " of the responder's plane-1 EVs back; EV 5 "
+            << int(p.net.engine(1).ev_info(p.qp.qpn_b)[5].state));
+  CHECK(p.info(1).ctr[QpCtr::plane_sweep_probed_back] >= 1);
+  CHECK(evs == 16);
+  CHECK(good == evs);
+  CHECK(p.net.engine(1).bad_evs_probed());
+}
+
 TEST_CASE("a plane that comes back up is probed at once, then at the probe interval, not on every poll") {
   Pair p(basic());
   p.net.set_plane_up(2, false);  // its links stay dead, so no probe is answered
