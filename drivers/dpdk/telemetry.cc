@@ -143,6 +143,7 @@ int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
   std::vector<std::string> cols = {"port_id", "link_up", "fault_drop_ppm", "fault_corrupt_ppm", "fault_delay_ns"};
   for (auto n : kPlaneCtrNames) cols.emplace_back(n);
   for (auto s : kEvStates) cols.push_back(fmt::format("evs_{}", engine::ev_state_name(s)));
+  cols.emplace_back("ev_probes");
   for (auto n : kPortStatNames) cols.emplace_back(n);
   cols.emplace_back("port_stats_read");
   budget.take(ReplyBudget::row("columns", cols));
@@ -158,6 +159,7 @@ int cmd_planes(const char* cmd, const char* params, rte_tel_data* out) {
                                    uint64_t(f.corrupt * 1e6), f.delay_ns};
       for (uint64_t v : d->plane_counters(p)) row.push_back(v);
       for (auto s : kEvStates) row.push_back(evs[p].states[size_t(s)]);
+      row.push_back(evs[p].probes);
       // Zeros, flagged, where the port cannot say: every row has every column.
       const auto port = d->port_stats(p);
       for (uint64_t v : port.value_or(PortStats{})) row.push_back(v);
