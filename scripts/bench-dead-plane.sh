@@ -28,7 +28,7 @@ for b in "$nic" $base; do [ -x "$b" ] || { echo "$b: not an executable (build fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 # Without the keys older builds lack (session 28's); they hold the defaults.
-grep -v '^probe-interval' config/nic/rings.conf >"$out/rings.conf"
+grep -v -e '^probe-interval' -e '^fabric-trims' config/nic/rings.conf >"$out/rings.conf"
 
 run() {
   local bin=$1
