@@ -520,7 +520,7 @@ void Engine::Impl::send_probes(Qp& qp, Nanos now) {
         if (cold.probe_at != kNever) cold.probe_at = now;
         continue;
       }
-      if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // its plane's scout answered
+      if (cold.probe_at == kNever && !qp.probes_parked) cold.probe_at = now;  // none due: no EV goes unprobed
     }
     // A swept plane is probed through one of its swept EVs at a time, its
     // scout, whose answer brings them all back (ev_probe_reply): a probe
