@@ -21,13 +21,20 @@
 # (310-340 ns), and every rate here follows it. Before each run it waits up to
 # --settle seconds (default 10; 0: not at all) for the CPUs to share a cache,
 # so that runs, and the ratios between them, compare the same placement.
-# usage: scripts/bench-nic.sh [--seconds N] [--rounds N] [--settle S]
+# --nic BIN measures another mrc-nic build (a copy of an older one, say);
+# --only LABELS (comma-separated, e.g. testpmd,64B-1plane-2qps) runs only
+# those measurements. Two builds compared: alternate runs of the two, e.g.
+#   for i in 1 2 3; do for b in OLD build/app/mrc-nic; do
+#     scripts/bench-nic.sh --nic $b --only 64B-1plane-2qps --seconds 3; done; done
+# usage: scripts/bench-nic.sh [--seconds N] [--rounds N] [--settle S] [--nic BIN] [--only LABELS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/memif-rings.sh
-seconds=5 rounds=1 settle=10
+seconds=5 rounds=1 settle=10 nic=build/app/mrc-nic only=
 while [ $# -gt 0 ]; do
   case "$1" in
+    --nic) nic=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --settle) settle=$2; shift 2 ;;
@@ -41,7 +48,8 @@ done
 ((seconds >= 2)) || { echo "--seconds must be 2 or more" >&2; exit 2; }
 [ -f build/build.ninja ] || meson setup build >/dev/null
 ninja -C build >/dev/null
-nic=build/app/mrc-nic
+[ -x "$nic" ] || { echo "--nic $nic: not an executable (build first: ninja -C build)" >&2; exit 2; }
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 rtt() { build/test/cpu-pair-rtt 2>/dev/null | sed -n 's/.*"rtt_ns":\([0-9.]*\).*/\1/p' || true; }  # empty: unknown
 settle() {  # prints the round trip once under 150 ns, or the last one after $settle s
   local v end=$((SECONDS + settle))
@@ -112,7 +120,7 @@ nic_pair() { # [--responder-zc] label planes requester-args...
   wait "$resp" 2>/dev/null || true
   rtt1=$(rtt)
   local rc=0
-  /usr/bin/python3 - "$work/c.json" "$label" "$rtt0" "$rtt1" <<'EOF' || rc=$?
+  /usr/bin/python3 - "$work/c.json" "$label" "$rtt0" "$rtt1" "$nic" <<'EOF' || rc=$?
 import json, sys
 rtt = [float(x) if x else None for x in sys.argv[3:5]]
 try:
@@ -123,7 +131,7 @@ except Exception:
 w = j["workload"]
 d = j["devices"]["mrc0"]
 data_pkts = d["counters"].get("qp_tx_data_pkts", 0)
-print(json.dumps({"tool": "mrc-nic", "label": sys.argv[2], "size": w["size"], "qps": w["qps"],
+print(json.dumps({"tool": "mrc-nic", "nic": sys.argv[5], "label": sys.argv[2], "size": w["size"], "qps": w["qps"],
                   "depth": w["depth"], "seconds": round(w["seconds"], 3),
                   "goodput_gbps": round(w["goodput_gbps"], 2), "mops": round(w["mops"], 3),
                   "data_mpps": round(data_pkts / w["seconds"] / 1e6, 3) if w["seconds"] else 0,
@@ -152,20 +160,22 @@ floor_run() { # label memif-floor-args...
 
 results=$work/results.jsonl
 for ((r = 0; r < rounds; ++r)); do
-  r0=$(settle)
-  line=$(scripts/bench-memif-baseline.sh --size 4096 --seconds "$seconds" 2>/dev/null) || line='{"tool":"testpmd","error":"no result"}'
-  r1=$(rtt)
-  echo "${line%\}},\"rtt_ns\":[${r0:-null},${r1:-null}]}" | tee -a "$results"
-  floor_run floor | tee -a "$results"
-  floor_run floor-no-icrc --no-icrc | tee -a "$results"
-  floor_run floor-no-copy --no-copy | tee -a "$results"
-  floor_run floor-neither --no-copy --no-icrc | tee -a "$results"
-  floor_run floor-64B --payload 64 --src-bytes 4160 --dst-bytes 32768 | tee -a "$results"  # the 64 B workload's buffers
-  nic_pair "4KB-1plane" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
-  nic_pair "4KB-4planes" 4 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
-  nic_pair --responder-zc "4KB-1plane-rzc" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
-  nic_pair "64B-1plane" 1 --wl-size 64 --wl-qps 8 --wl-depth 64 | tee -a "$results"
-  nic_pair "64B-1plane-2qps" 1 --wl-size 64 --wl-qps 2 --wl-depth 256 | tee -a "$results"
+  if want testpmd; then
+    r0=$(settle)
+    line=$(scripts/bench-memif-baseline.sh --size 4096 --seconds "$seconds" 2>/dev/null) || line='{"tool":"testpmd","error":"no result"}'
+    r1=$(rtt)
+    echo "${line%\}},\"rtt_ns\":[${r0:-null},${r1:-null}]}" | tee -a "$results"
+  fi
+  want floor && floor_run floor | tee -a "$results"
+  want floor-no-icrc && floor_run floor-no-icrc --no-icrc | tee -a "$results"
+  want floor-no-copy && floor_run floor-no-copy --no-copy | tee -a "$results"
+  want floor-neither && floor_run floor-neither --no-copy --no-icrc | tee -a "$results"
+  want floor-64B && floor_run floor-64B --payload 64 --src-bytes 4160 --dst-bytes 32768 | tee -a "$results"  # the 64 B workload's buffers
+  want 4KB-1plane && nic_pair "4KB-1plane" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
+  want 4KB-4planes && nic_pair "4KB-4planes" 4 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
+  want 4KB-1plane-rzc && nic_pair --responder-zc "4KB-1plane-rzc" 1 --wl-size 1M --wl-qps 4 --wl-depth 4 | tee -a "$results"
+  want 64B-1plane && nic_pair "64B-1plane" 1 --wl-size 64 --wl-qps 8 --wl-depth 64 | tee -a "$results"
+  want 64B-1plane-2qps && nic_pair "64B-1plane-2qps" 1 --wl-size 64 --wl-qps 2 --wl-depth 256 | tee -a "$results"
 done
 /usr/bin/python3 - "$results" <<'EOF'
 import json, sys
