@@ -63,15 +63,23 @@ struct Pair {
     net.engine(h).qp_info(h == 0 ? qp.qpn_a : qp.qpn_b, qi);
     return qi;
   }
-  // Host 0's EVs on `plane`: how many, and how many GOOD.
-  std::pair<size_t, size_t> good_on_plane(uint32_t plane) {
+  // Host h's EVs on `plane`: how many, and how many GOOD.
+  std::pair<size_t, size_t> good_on_plane(uint32_t plane, uint32_t h = 0) {
     size_t evs = 0, good = 0;
-    for (const auto& e : net.engine(0).ev_info(qp.qpn_a)) {
+    for (const auto& e : net.engine(h).ev_info(h == 0 ? qp.qpn_a : qp.qpn_b)) {
       if (e.plane != plane) continue;
       ++evs;
       good += e.state == EvState::good;
     }
     return {evs, good};
+  }
+  // Host 0's port on `plane` goes down or up, its links with it, and it
+  // tells its peer.
+  void requester_plane_reported(uint32_t plane, bool up) {
+    net.set_plane_up(plane, up);
+    net.engine(0).set_plane_up(plane, up, net.now());
+    net.engine(0).send_port_status(net.now());
+    net.poll(0);
   }
 };
 
@@ -827,28 +835,15 @@ TEST_CASE("a plane the peer reports back up is probed at once, though an idle QP
   REQUIRE(p.net.completions(0).size() == 4);
   // The requester's plane 1 fails and it says so: the responder, which sends
   // no data, takes that plane's EVs out and probes them into silence.
-  p.net.set_plane_up(1, false);
-  p.net.engine(0).set_plane_up(1, false, p.net.now());
-  p.net.engine(0).send_port_status(p.net.now());
-  p.net.poll(0);
+  p.requester_plane_reported(1, false);
   p.net.run_until(p.net.now() + 200'000'000);  // long enough to give up and park
-  auto plane1 = [&](EvState want) {
-    size_t n = 0, in = 0;
-    for (const auto& e : p.net.engine(1).ev_info(p.qp.qpn_b)) {
-      if (e.plane != 1) continue;
-      ++n;
-      in += e.state == want;
-    }
-    return std::pair{in, n};
-  };
-  REQUIRE(plane1(EvState::assumed_bad).first == plane1(EvState::assumed_bad).second);
+  size_t out = 0;
+  for (const auto& e : p.net.engine(1).ev_info(p.qp.qpn_b)) out += e.plane == 1 && e.state == EvState::assumed_bad;
+  REQUIRE(out == p.good_on_plane(1, 1).first);
   REQUIRE(p.info(1).ctr[QpCtr::probes_parked] > 0);
-  p.net.set_plane_up(1, true);
-  p.net.engine(0).set_plane_up(1, true, p.net.now());
-  p.net.engine(0).send_port_status(p.net.now());
-  p.net.poll(0);
+  p.requester_plane_reported(1, true);
   p.net.run_until(p.net.now() + 1'000'000);
-  const auto [good, evs] = plane1(EvState::good);
+  const auto [evs, good] = p.good_on_plane(1, 1);
   INFO(good << " of " << evs << " of the responder's plane-1 EVs back");
   CHECK(evs > 0);
   CHECK(good == evs);
@@ -866,26 +861,15 @@ TEST_CASE("an EV held back behind a dead plane's scout is probed when the plane 
   // The requester's plane 1 fails and it says so: the responder takes the
   // plane out whole. Then its controller takes one of the plane's EVs out
   // for a cause of its own (5: plane 1 of 4).
-  p.net.set_plane_up(1, false);
-  p.net.engine(0).set_plane_up(1, false, p.net.now());
-  p.net.engine(0).send_port_status(p.net.now());
-  p.net.poll(0);
+  p.requester_plane_reported(1, false);
   p.net.run_until(p.net.now() + 100'000);
   REQUIRE(p.net.engine(1).ev_info(p.qp.qpn_b)[5].plane == 1);
   REQUIRE(p.net.engine(1).set_ev_state(p.qp.qpn_b, 5, EvState::assumed_bad, p.net.now()));
   p.net.run_until(p.net.now() + 200'000'000);  // long enough to give up and park
   REQUIRE(p.info(1).ctr[QpCtr::probes_parked] > 0);
-  p.net.set_plane_up(1, true);
-  p.net.engine(0).set_plane_up(1, true, p.net.now());
-  p.net.engine(0).send_port_status(p.net.now());
-  p.net.poll(0);
+  p.requester_plane_reported(1, true);
   p.net.run_until(p.net.now() + 1'000'000);
-  size_t good = 0, evs = 0;
-  for (const auto& e : p.net.engine(1).ev_info(p.qp.qpn_b)) {
-    if (e.plane != 1) continue;
-    ++evs;
-    good += e.state == EvState::good;
-  }
+  const auto [evs, good] = p.good_on_plane(1, 1);
   INFO(good << " of " << evs << " of the responder's plane-1 EVs back; EV 5 "
             << int(p.net.engine(1).ev_info(p.qp.qpn_b)[5].state));
   CHECK(p.info(1).ctr[QpCtr::plane_sweep_probed_back] >= 1);
